@@ -1,0 +1,28 @@
+"""Latency against prompt length at a fixed 32 new tokens (seeds 000 and 001): exact-length
+token prompts, plus a chat-formatted real passage as a chat user would send it."""
+
+import pytest
+
+from fixtures.timing import Work
+from llmbench.config import SamplingParams
+from llmbench.engine import generate
+from llmbench.profiles import SWEEP_OUTPUT_TOKENS
+from llmbench.prompts import chat_passage_ids
+
+
+@pytest.mark.benchmark(group="input-sweep")
+def test_input_sweep(measure, model, prompt_ids, input_case):
+    num_input, num_output = input_case
+    prompt = prompt_ids(num_input)
+    params = SamplingParams(max_new_tokens=num_output, ignore_eos=True)
+    measure(lambda: generate(model, prompt, params), expect=Work(num_input, num_output))
+
+
+@pytest.mark.benchmark(group="input-sweep")
+def test_input_chat_passage(measure, model, bench_settings):
+    if not model.is_chat:
+        pytest.skip(f"{model.name} has no chat template")
+    prompt = chat_passage_ids(model.tokenizer, bench_settings.profile.chat_passage_tokens)
+    params = SamplingParams(max_new_tokens=SWEEP_OUTPUT_TOKENS, ignore_eos=True)
+    measure(lambda: generate(model, prompt, params),
+            expect=Work(len(prompt), SWEEP_OUTPUT_TOKENS), chat=True)

@@ -1,0 +1,46 @@
+"""Prefill against decode (seed 002): the per-token cost of processing the prompt in one
+pass, against generating one token at a time, early in a sequence and late in it."""
+
+import pytest
+import torch
+
+from fixtures.timing import Work
+from llmbench.engine import decode_step, prefill
+
+
+@pytest.mark.benchmark(group="prefill")
+def test_prefill(measure, model, prompt_ids, prefill_tokens):
+    """Prefill plus picking the first token: the time to first token."""
+    input_ids = torch.tensor([prompt_ids(prefill_tokens)], device=model.device)
+
+    @torch.inference_mode()
+    def first_token():
+        logits, _ = prefill(model, input_ids)
+        logits.argmax(dim=-1)
+        return Work(prefill_tokens, 1)
+
+    result = measure(first_token, expect=Work(prefill_tokens, 1))
+    assert result.output_tokens == 1
+
+
+@pytest.mark.benchmark(group="decode")
+def test_decode_steps(measure, model, prompt_ids, bench_settings, decode_context):
+    """`decode_steps` greedy steps on top of a cache already holding `decode_context`
+    tokens; the prefill that builds the cache runs untimed in setup."""
+    steps = bench_settings.profile.decode_steps
+    input_ids = torch.tensor([prompt_ids(decode_context)], device=model.device)
+
+    @torch.inference_mode()
+    def prefilled():
+        logits, cache = prefill(model, input_ids)
+        return (logits.argmax(dim=-1, keepdim=True), cache), {}
+
+    @torch.inference_mode()
+    def decode(token, cache):
+        for _ in range(steps):
+            logits, cache = decode_step(model, token, cache)
+            token = logits.argmax(dim=-1, keepdim=True)
+        return Work(decode_context, steps)
+
+    measure(decode, setup=prefilled, expect=Work(decode_context, steps),
+            first_step_context=decode_context + 1)

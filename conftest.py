@@ -1,0 +1,136 @@
+"""pytest wiring for the llmbench benchmark suite.
+
+Options (one group), validated once into `BenchSettings`; sweeps parametrized from the
+active profile; the run's environment and control samples added to the saved JSON; every
+run saved under baselines/<model>-<device>-<dtype>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import pytest
+
+from llmbench import baselines
+from llmbench.config import DEFAULT_MODEL, EngineConfig
+from llmbench.device import DEVICES, DTYPES, resolve_device, resolve_dtype
+from llmbench.errors import UserError
+from llmbench.profiles import DEFAULT_PROFILE, PROFILES, SWEEP_ARGNAMES
+from llmbench.settings import BenchSettings
+
+pytest_plugins = ["fixtures.model", "fixtures.timing", "fixtures.session_record"]
+
+SETTINGS_KEY = pytest.StashKey[BenchSettings]()
+SERVER_APIS = ("native", "openai")
+
+
+def _choice(*choices: str):
+    def check(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of: {', '.join(choices)}")
+        return text
+
+    check.__name__ = "choice"
+    return check
+
+
+def _count(minimum: int):
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    check.__name__ = "count"
+    return check
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The suite's options, in one group, each with its default in --help."""
+    group = parser.getgroup("llmbench", "llmbench: LLM inference benchmarks")
+    group.addoption("--model", default=DEFAULT_MODEL, metavar="NAME",
+                    help="registered name, hub id or local directory. Default: %(default)r")
+    group.addoption("--device", default="auto", type=_choice(*DEVICES), metavar="DEVICE",
+                    help=f"one of {', '.join(DEVICES)}. Default: %(default)r")
+    group.addoption("--dtype", default="auto", type=_choice(*DTYPES), metavar="DTYPE",
+                    help=f"one of {', '.join(DTYPES)}. Default: %(default)r")
+    group.addoption("--threads", default=None, type=_count(1), metavar="N",
+                    help="torch CPU threads. Default: %(default)r (torch's choice)")
+    group.addoption("--profile", default=DEFAULT_PROFILE, type=_choice(*PROFILES),
+                    metavar="NAME", help=f"one of {', '.join(PROFILES)}. Default: %(default)r")
+    group.addoption("--rounds", default=None, type=_count(1), metavar="N",
+                    help="timed rounds per benchmark. Default: %(default)r (the profile's)")
+    group.addoption("--warmup-rounds", default=None, type=_count(0), metavar="N",
+                    help="untimed rounds per benchmark. Default: %(default)r (the profile's)")
+    group.addoption("--shuffle-seed", default=None, type=_count(0), metavar="N",
+                    help="run cases in an order shuffled with this seed, spreading machine "
+                         "drift across conditions. Default: %(default)r (file order)")
+    group.addoption("--server-url", default=None, metavar="URL",
+                    help="point the server benchmarks at this external server instead of "
+                         "a live in-process one. Default: %(default)r")
+    group.addoption("--server-api", default="native", type=_choice(*SERVER_APIS),
+                    metavar="API", help=f"one of {', '.join(SERVER_APIS)}. "
+                                        "Default: %(default)r")
+    group.addoption("--baseline-dir", default=baselines.BASELINES_DIR, metavar="DIR",
+                    help="where runs are saved, one folder per environment. "
+                         "Default: %(default)r")
+    group.addoption("--no-save", action="store_true", default=False,
+                    help="do not save this run. Default: %(default)r")
+
+
+def _settings_from(config: pytest.Config) -> BenchSettings:
+    opt = config.getoption
+    try:
+        engine = EngineConfig(model=opt("model"), device=opt("device"), dtype=opt("dtype"),
+                              threads=opt("threads"))
+        device = resolve_device(engine.device)
+        dtype = resolve_dtype(engine.dtype, device)
+    except UserError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if opt("server_api") != "native" and not opt("server_url"):
+        raise pytest.UsageError("--server-api applies to an external server: pass --server-url "
+                                "too, or drop --server-api")
+    profile = PROFILES[opt("profile")]
+    rounds, warmup = opt("rounds"), opt("warmup_rounds")
+    return BenchSettings(
+        engine=engine, profile=profile,
+        rounds=profile.rounds if rounds is None else rounds,
+        warmup_rounds=profile.warmup_rounds if warmup is None else warmup,
+        device=device.type, dtype=str(dtype).removeprefix("torch."),
+        shuffle_seed=opt("shuffle_seed"), server_url=opt("server_url"),
+        server_api=opt("server_api"), save=not opt("no_save"),
+        baseline_dir=opt("baseline_dir"),
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Validate the options once, before any fixture or benchmark sees them."""
+    config.stash[SETTINGS_KEY] = _settings_from(config)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize sweep arguments from the active profile, with readable ids."""
+    profile = metafunc.config.stash[SETTINGS_KEY].profile
+    for argname in SWEEP_ARGNAMES:
+        if argname in metafunc.fixturenames:
+            pairs = profile.sweep(argname)
+            metafunc.parametrize(argname, [v for _, v in pairs], ids=[i for i, _ in pairs])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse benchmarks under xdist unless explicitly disabled; apply --shuffle-seed."""
+    uses_benchmark = any("benchmark" in getattr(i, "fixturenames", ()) for i in items)
+    if (uses_benchmark and hasattr(config, "workerinput")
+            and not config.getoption("benchmark_disable")):
+        # pytest-benchmark silently stops timing under xdist; a green run that measured
+        # nothing is worse than an error.
+        raise pytest.UsageError("benchmarks must run serially: drop -n, or pass "
+                                "--benchmark-disable for a smoke run")
+    seed = config.stash[SETTINGS_KEY].shuffle_seed
+    if seed is not None:
+        random.Random(seed).shuffle(items)

@@ -1,0 +1,82 @@
+"""Benchmark profiles: how many rounds, and which sweep points each experiment runs.
+
+`quick` fits the whole suite on smollm2-135m into minutes on a 2-core CPU; `full` runs the
+seed posts' complete sweeps. Each sweep yields (id, value) pairs so the ids read like
+`in=128-out=64` or `bs=8` in reports and in `--benchmark-group-by`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Fixed points shared by the sweeps, after the seeds: a 128-token prompt for the output
+# sweep, 32 new tokens for the input sweep.
+SWEEP_PROMPT_TOKENS = 128
+SWEEP_OUTPUT_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    rounds: int
+    warmup_rounds: int
+    output_lengths: tuple[int, ...]
+    input_lengths: tuple[int, ...]
+    chat_passage_tokens: int
+    kv_prompt_tokens: int
+    kv_new_tokens: int
+    prefill_lengths: tuple[int, ...]
+    decode_contexts: tuple[int, ...]
+    decode_steps: int
+    batch_sizes: tuple[int, ...]
+    batch_prompt_tokens: int
+    batch_new_tokens: int
+    sequential_batch: int
+    engine_batch_sizes: tuple[int, ...]
+    concurrency: tuple[int, ...]
+    server_output_lengths: tuple[int, ...]
+    server_new_tokens: int
+
+    def sweep(self, argname: str) -> list[tuple[str, object]]:
+        """(id, value) pairs for a benchmark argument named after a sweep."""
+        sweeps = {
+            "output_case": [(f"in={SWEEP_PROMPT_TOKENS}-out={n}", (SWEEP_PROMPT_TOKENS, n))
+                            for n in self.output_lengths],
+            "input_case": [(f"in={n}-out={SWEEP_OUTPUT_TOKENS}", (n, SWEEP_OUTPUT_TOKENS))
+                           for n in self.input_lengths],
+            "prefill_tokens": [(f"in={n}", n) for n in self.prefill_lengths],
+            "decode_context": [(f"ctx={n}", n) for n in self.decode_contexts],
+            "batch_size": [(f"bs={n}", n) for n in self.batch_sizes],
+            "engine_batch": [(f"bs={n}", n) for n in self.engine_batch_sizes],
+            "concurrency": [(f"conc={n}", n) for n in self.concurrency],
+            "server_output": [(f"out={n}", n) for n in self.server_output_lengths],
+        }
+        return sweeps[argname]
+
+
+# Benchmark arguments that conftest parametrizes from the active profile.
+SWEEP_ARGNAMES = ("output_case", "input_case", "prefill_tokens", "decode_context",
+                  "batch_size", "engine_batch", "concurrency", "server_output")
+
+
+PROFILES = {
+    "quick": Profile(
+        name="quick", rounds=10, warmup_rounds=1,
+        output_lengths=(8, 16, 32, 64), input_lengths=(64, 128, 256, 512),
+        chat_passage_tokens=256, kv_prompt_tokens=64, kv_new_tokens=16,
+        prefill_lengths=(32, 128, 512), decode_contexts=(16, 128), decode_steps=10,
+        batch_sizes=(1, 2, 4, 8), batch_prompt_tokens=64, batch_new_tokens=16,
+        sequential_batch=4, engine_batch_sizes=(1, 8),
+        concurrency=(1, 4, 8), server_output_lengths=(16, 64), server_new_tokens=32,
+    ),
+    "full": Profile(
+        name="full", rounds=15, warmup_rounds=2,
+        output_lengths=(10, 50, 100, 200, 250), input_lengths=(64, 128, 256, 512, 1024, 2048),
+        chat_passage_tokens=1024, kv_prompt_tokens=128, kv_new_tokens=64,
+        prefill_lengths=(32, 128, 512, 1024, 2048), decode_contexts=(16, 128, 512, 1024),
+        decode_steps=10, batch_sizes=(1, 2, 4, 8, 16, 32), batch_prompt_tokens=128,
+        batch_new_tokens=32, sequential_batch=8, engine_batch_sizes=(1, 8),
+        concurrency=(1, 4, 8, 16), server_output_lengths=(16, 64, 256), server_new_tokens=32,
+    ),
+}
+DEFAULT_PROFILE = "quick"
