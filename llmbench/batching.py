@@ -50,4 +50,5 @@ def generate_static_batch(lm: LoadedModel, prompts: list[list[int]], params: Sam
     finally:
         steps.close()
     engine = "loop" if use_cache else "loop-nocache"
-    return [build_result(lm, len(p), ev, params, engine) for p, ev in zip(prompts, events)]
+    return [build_result(lm, len(p), ev, params, engine)
+            for p, ev in zip(prompts, events, strict=True)]

@@ -115,7 +115,9 @@ def sample_next(logits: torch.Tensor, params: SamplingParams,
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
 
 
-def _generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
+def sampling_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
+    """The per-request RNG (None when greedy), seeded from `params.seed` when given; every
+    driver of `prefill`/`decode_step` (this loop, the server's scheduler) seeds the same way."""
     if params.is_greedy:
         return None
     generator = torch.Generator(device=device)
@@ -155,7 +157,7 @@ def decode_loop(lm: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.
     the seeds' cache-off experiment.
     """
     device = lm.device
-    generator = _generator(params, device)
+    generator = sampling_generator(params, device)
     position_ids = positions_from_mask(attention_mask) if attention_mask is not None else None
     sync(device)
     start = time.perf_counter()
@@ -216,7 +218,7 @@ def build_result(lm: LoadedModel, input_tokens: int, events: list[TokenEvent],
         input_tokens=input_tokens,
         output_tokens=len(token_ids),
         ttft_s=times[0],
-        decode_times_s=tuple(b - a for a, b in zip(times, times[1:])),
+        decode_times_s=tuple(b - a for a, b in zip(times, times[1:], strict=False)),
         latency_s=times[-1] if latency_s is None else latency_s,
         finish_reason="stop" if stopped else "length",
         engine=engine,

