@@ -31,11 +31,17 @@ def encode(tokenizer, text: str, chat: bool) -> list[int]:
     ignore the extra variable."""
     if not chat:
         return list(tokenizer(text, add_special_tokens=True)["input_ids"])
+    return encode_chat(tokenizer, [{"role": "user", "content": text}])
+
+
+def encode_chat(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids for a conversation (`role`/`content` dicts) through the chat template, with
+    a generation prompt: the OpenAI-style chat endpoint's input."""
     if not getattr(tokenizer, "chat_template", None):
         raise UserError("this model's tokenizer has no chat template: drop --chat / chat=true")
     ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
-        enable_thinking=False, return_dict=False,
+        messages, add_generation_prompt=True, tokenize=True, enable_thinking=False,
+        return_dict=False,
     )
     if isinstance(ids, dict) or hasattr(ids, "keys"):  # some versions return a BatchEncoding
         ids = ids["input_ids"]
