@@ -1,0 +1,146 @@
+"""The continuous-batching scheduler: batched outputs equal single-request outputs, requests
+join a running batch, cancellation frees the slot, and the edge cases of finishing."""
+
+import dataclasses
+import time
+
+import pytest
+
+from llmbench.config import EngineConfig, SamplingParams
+from llmbench.engine import TokenEvent, generate
+from llmbench.errors import UserError
+from llmbench.models import load_model
+from llmbench.prompts import encode, exact_length_ids
+from llmbench.scheduler import Outcome, Scheduler, SchedulerFull
+
+
+@pytest.fixture(scope="module")
+def lm():
+    """The tiny random model: real tokenizer, ~1 s to load, wide greedy margins."""
+    return load_model(EngineConfig(model="tiny"))
+
+
+@pytest.fixture
+def scheduler(lm):
+    """A started scheduler with room for 8 rows, closed after the test."""
+    s = Scheduler(lm, max_batch_size=8, max_waiting=64)
+    s.start()
+    yield s
+    s.close()
+
+
+def _drain(request) -> tuple[list[int], Outcome]:
+    items = list(request)
+    assert isinstance(items[-1], Outcome)
+    assert all(isinstance(i, TokenEvent) for i in items[:-1])
+    assert [i.index for i in items[:-1]] == list(range(len(items) - 1))
+    return [i.token_id for i in items[:-1]], items[-1]
+
+
+def _wait_until(predicate, what: str, limit_s: float = 60.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.01)
+
+
+def _workload(lm, count: int):
+    """Prompts of different lengths (chat and raw) and different output lengths."""
+    prompts = [encode(lm.tokenizer, f"Question {i}: {'why ' * i}is the sky blue?", chat=i % 2 == 0)
+               if i % 3 else exact_length_ids(lm.tokenizer, 5 + 7 * i) for i in range(count)]
+    params = [SamplingParams(max_new_tokens=3 + (5 * i) % 17, ignore_eos=True)
+              for i in range(count)]
+    return prompts, params
+
+
+def test_sixteen_concurrent_greedy_requests_equal_each_served_alone(lm, scheduler):
+    prompts, params = _workload(lm, 16)
+    alone = [generate(lm, p, sp).token_ids for p, sp in zip(prompts, params, strict=True)]
+    first = [scheduler.submit(p, sp) for p, sp in zip(prompts[:6], params[:6], strict=True)]
+    # The rest arrive once the first batch is decoding, so they join a running batch, and
+    # more than max_batch_size are in flight, so some wait for a free slot.
+    _wait_until(lambda: scheduler.stats.num_steps >= 2, "the first decode steps")
+    rest = [scheduler.submit(p, sp) for p, sp in zip(prompts[6:], params[6:], strict=True)]
+    for request, expected, sp in zip(first + rest, alone, params, strict=True):
+        tokens, outcome = _drain(request)
+        assert tuple(tokens) == expected
+        assert outcome == Outcome("length", len(request.prompt_ids), sp.max_new_tokens,
+                                  outcome.latency_s)
+    assert scheduler.stats.peak_batch_size == 8
+    assert scheduler.stats.num_finished == 16
+    _wait_until(lambda: scheduler.num_active == 0, "the batch to empty")
+
+
+def test_seeded_sampling_in_a_batch_equals_sampling_alone(lm, scheduler):
+    prompts, _ = _workload(lm, 4)
+    sampled = SamplingParams(max_new_tokens=12, temperature=0.8, top_k=50, top_p=0.9, seed=7,
+                             ignore_eos=True)
+    greedy = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    expected = generate(lm, prompts[0], sampled).token_ids
+    requests = [scheduler.submit(prompts[0], sampled)]
+    requests += [scheduler.submit(p, greedy) for p in prompts[1:]]
+    assert tuple(_drain(requests[0])[0]) == expected
+    for request, prompt in zip(requests[1:], prompts[1:], strict=True):
+        assert tuple(_drain(request)[0]) == generate(lm, prompt, greedy).token_ids
+
+
+def test_cancel_frees_the_slot_and_the_scheduler_keeps_serving(lm, scheduler):
+    prompt = encode(lm.tokenizer, "Tell me a long story.", chat=True)
+    long = scheduler.submit(prompt, SamplingParams(max_new_tokens=4000, ignore_eos=True))
+    items = iter(long)
+    assert isinstance(next(items), TokenEvent) and isinstance(next(items), TokenEvent)
+    long.cancel()
+    rest = list(items)
+    assert rest[-1].finish_reason == "cancelled"
+    assert rest[-1].output_tokens < 4000
+    _wait_until(lambda: scheduler.num_active == 0, "the cancelled row to leave")
+    assert scheduler.stats.num_cancelled == 1
+    result = scheduler.generate(prompt, SamplingParams(max_new_tokens=4, ignore_eos=True))
+    assert result.output_tokens == 4
+
+
+def test_eos_finishes_with_stop_unless_ignored(lm):
+    prompt = encode(lm.tokenizer, "Hello", chat=True)
+    first = generate(lm, prompt, SamplingParams(max_new_tokens=1)).token_ids[0]
+    # Pretend the model's first greedy token is its EOS.
+    eos_lm = dataclasses.replace(lm, eos_token_ids=frozenset({first}))
+    scheduler = Scheduler(eos_lm, max_batch_size=2, max_waiting=4)
+    try:
+        tokens, outcome = _drain(scheduler.submit(prompt, SamplingParams(max_new_tokens=5)))
+        assert (tokens, outcome.finish_reason) == ([first], "stop")
+        params = SamplingParams(max_new_tokens=5, ignore_eos=True)
+        tokens, outcome = _drain(scheduler.submit(prompt, params))
+        assert (len(tokens), outcome.finish_reason) == (5, "length")
+    finally:
+        scheduler.close()
+
+
+def test_single_token_requests_never_join_the_batch(lm, scheduler):
+    prompts, _ = _workload(lm, 3)
+    requests = [scheduler.submit(p, SamplingParams(max_new_tokens=1)) for p in prompts]
+    assert [len(_drain(r)[0]) for r in requests] == [1, 1, 1]
+    assert scheduler.stats.num_steps == 0
+
+
+def test_submit_rejects_what_cannot_fit_or_wait(lm):
+    scheduler = Scheduler(lm, max_batch_size=1, max_waiting=0)
+    try:
+        with pytest.raises(UserError, match="exceeds the model's context of 8192 tokens"):
+            scheduler.submit([1] * 8190, SamplingParams(max_new_tokens=3))
+        with pytest.raises(UserError, match="prompt is empty"):
+            scheduler.submit([], SamplingParams())
+        with pytest.raises(SchedulerFull):
+            scheduler.submit([1, 2], SamplingParams(max_new_tokens=1))
+    finally:
+        scheduler.close()
+    with pytest.raises(UserError, match="max_batch_size"):
+        Scheduler(lm, max_batch_size=0, max_waiting=1)
+
+
+def test_close_ends_running_requests_as_cancelled(lm):
+    scheduler = Scheduler(lm, max_batch_size=2, max_waiting=4)
+    request = scheduler.submit([1, 2, 3], SamplingParams(max_new_tokens=4000, ignore_eos=True))
+    items = iter(request)
+    next(items)
+    scheduler.close()
+    assert list(items)[-1].finish_reason == "cancelled"
