@@ -309,3 +309,22 @@ def load_model(config: EngineConfig) -> LoadedModel:
     return LoadedModel(name=config.model, model=model, tokenizer=tokenizer, device=device,
                        dtype=dtype, fingerprint=fingerprint, load_seconds=loaded_in,
                        eos_token_ids=_eos_ids(model, tokenizer))
+
+
+def load_tokenizer(name: str):
+    """Only the tokenizer of model `name` (registered name, local directory or cached hub
+    id), for clients that count tokens without loading weights."""
+    _quiet_transformers()
+    if name in ("smollm2-135m", "tiny") or name.endswith("@random"):
+        return _smollm2_tokenizer()  # every registered model uses SmolLM2's tokenizer
+    from transformers import AutoTokenizer
+
+    path = Path(name).expanduser()
+    try:
+        if path.exists():
+            return AutoTokenizer.from_pretrained(path)
+        return AutoTokenizer.from_pretrained(name, local_files_only=True)
+    except (OSError, ValueError):
+        raise ModelNotFound(f"no tokenizer for {name!r}: pass a registered name "
+                            f"({', '.join(registered_names())}), a local model directory, or "
+                            f"a hub id downloaded first with `hf download {name}`") from None
