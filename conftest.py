@@ -19,7 +19,10 @@ from llmbench.errors import UserError
 from llmbench.profiles import DEFAULT_PROFILE, PROFILES, SWEEP_ARGNAMES
 from llmbench.settings import BenchSettings
 
-pytest_plugins = ["fixtures.model", "fixtures.timing", "fixtures.session_record"]
+pytest_plugins = [
+    "fixtures.model", "fixtures.timing", "fixtures.session_record", "fixtures.server",
+    "fixtures.gate",
+]
 
 SETTINGS_KEY = pytest.StashKey[BenchSettings]()
 SERVER_APIS = ("native", "openai")

@@ -292,6 +292,24 @@ def generate_once(url: str, prompt: str, params: SamplingParams, chat: bool = Tr
     return response.json()
 
 
+def complete_once(config: LoadConfig, prompt: str, params: SamplingParams) -> dict:
+    """One blocking, non-streamed request in `config.api`'s protocol; returns
+    {"text", "input_tokens", "output_tokens"} as the server reported them."""
+    path, body = request_body(config, prompt, params, stream=False)
+    response = httpx.post(config.url.rstrip("/") + path, json=body, timeout=config.timeout_s)
+    if response.status_code != 200:
+        raise ServerError(f"HTTP {response.status_code}: {response.text[:300]}")
+    reply = response.json()
+    if config.api == "native":
+        return {"text": reply["text"], "input_tokens": reply["input_tokens"],
+                "output_tokens": reply["output_tokens"]}
+    choice = reply["choices"][0]
+    text = choice["message"]["content"] if "message" in choice else choice["text"]
+    usage = reply.get("usage") or {}
+    return {"text": text, "input_tokens": usage.get("prompt_tokens"),
+            "output_tokens": usage.get("completion_tokens")}
+
+
 # -- the load generator ----------------------------------------------------------------
 
 

@@ -1,0 +1,102 @@
+"""The server as users feel it (seeds 000, 001, 004): request latency, streamed time to
+first token and inter-token latency, and total throughput under concurrency."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from fixtures.timing import Work
+from llmbench.client import complete_once, run_load
+from llmbench.config import SamplingParams
+from llmbench.engine import generate
+from llmbench.prompts import encode, questions
+
+QUESTION = questions()[0]
+
+
+def _load_work(result, num_requests: int, num_tokens: int) -> Work:
+    """The round's work as the server reported it; every request must have succeeded."""
+    assert result.num_errors == 0, result.summary()["errors"]
+    assert len(result.ok) == num_requests
+    counts = [s.server_output_tokens if s.server_output_tokens is not None else s.output_tokens
+              for s in result.ok]
+    assert counts == [num_tokens] * num_requests, counts
+    return Work(sum(s.input_tokens or 0 for s in result.ok), sum(counts))
+
+
+def _median_of(results, metric: str, percentile: str = "p50") -> float | None:
+    values = [r.summary()[metric][percentile] for r in results if r.summary()[metric]]
+    return statistics.median(values) if values else None
+
+
+def _stream_summary(results) -> dict:
+    """Client-side TTFT and ITL: each round's percentile, then the median over rounds."""
+    return {"ttft_ms": _median_of(results, "ttft_ms"), "itl_ms": _median_of(results, "itl_ms"),
+            "itl_p90_ms": _median_of(results, "itl_ms", "p90"),
+            "tpot_ms": _median_of(results, "tpot_ms")}
+
+
+@pytest.mark.benchmark(group="server-generate")
+def test_server_generate(measure, load_config, server_output):
+    """One non-streamed request at a time, end to end through HTTP."""
+    params = SamplingParams(max_new_tokens=server_output, ignore_eos=True)
+    config = load_config()
+    first = complete_once(config, QUESTION, params)
+
+    def request():
+        reply = complete_once(config, QUESTION, params)
+        return Work(reply["input_tokens"], reply["output_tokens"])
+
+    measure(request, expect=Work(first["input_tokens"], server_output))
+
+
+@pytest.mark.benchmark(group="server-generate")
+def test_engine_generate(measure, model, bench_settings, server_output):
+    """The same request straight through the engine: the server's overhead is the ratio
+    of test_server_generate to this."""
+    if bench_settings.server_url:
+        pytest.skip("an external server has no in-process engine to compare with")
+    params = SamplingParams(max_new_tokens=server_output, ignore_eos=True)
+    prompt = encode(model.tokenizer, QUESTION, chat=model.is_chat)
+    measure(lambda: generate(model, prompt, params), expect=Work(len(prompt), server_output))
+
+
+@pytest.mark.benchmark(group="server-stream")
+def test_server_stream(measure, load_config, server_tokenizer, bench_settings):
+    """One streamed request at a time: TTFT and ITL as the client sees them."""
+    num_tokens = bench_settings.profile.server_new_tokens
+    params = SamplingParams(max_new_tokens=num_tokens, ignore_eos=True)
+    config = load_config()
+    results = []
+
+    def request():
+        result = run_load(config, params, server_tokenizer, [QUESTION])
+        results.append(result)
+        return _load_work(result, 1, num_tokens)
+
+    first = request()
+    measure(request, expect=Work(first.input_tokens, num_tokens),
+            summarize=lambda: _stream_summary(results))
+
+
+@pytest.mark.benchmark(group="server-concurrency")
+def test_server_concurrency(measure, load_config, server_tokenizer, bench_settings,
+                            concurrency):
+    """`concurrency` streamed requests at once; the round's time is the whole level's, so
+    tokens_per_second is the server's total output throughput."""
+    num_tokens = bench_settings.profile.server_new_tokens
+    params = SamplingParams(max_new_tokens=num_tokens, ignore_eos=True)
+    config = load_config(concurrency=concurrency, num_requests=concurrency)
+    prompts = list(questions()[:concurrency])
+    results = []
+
+    def level():
+        result = run_load(config, params, server_tokenizer, prompts)
+        results.append(result)
+        return _load_work(result, concurrency, num_tokens)
+
+    first = level()
+    measure(level, expect=Work(first.input_tokens, concurrency * num_tokens),
+            concurrency=concurrency, summarize=lambda: _stream_summary(results))
