@@ -1,0 +1,144 @@
+"""Device, dtype and thread selection, sync and the memory probe, with the hardware mocked."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+import torch
+
+from llmbench import device as dev
+from llmbench.config import EngineConfig
+from llmbench.errors import DeviceUnavailable, UserError
+
+
+@pytest.fixture
+def hardware(monkeypatch):
+    """Pretend the machine has the given accelerators: hardware(cuda=..., mps=...)."""
+
+    def present(cuda: bool = False, mps: bool = False) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+        monkeypatch.setattr(dev, "_mps_available", lambda: mps)
+
+    return present
+
+
+@pytest.mark.parametrize("cuda, mps, expected", [
+    (True, True, ("cuda", "mps", "cpu")),
+    (True, False, ("cuda", "cpu")),
+    (False, True, ("mps", "cpu")),
+    (False, False, ("cpu",)),
+])
+def test_auto_prefers_cuda_then_mps_then_cpu(hardware, cuda, mps, expected):
+    hardware(cuda=cuda, mps=mps)
+    assert dev.available_devices() == expected
+    assert dev.resolve_device("auto") == torch.device(expected[0])
+    for name in expected:
+        assert dev.resolve_device(name) == torch.device(name)
+
+
+@pytest.mark.parametrize("cuda, mps, absent, present", [
+    (False, False, "cuda", "cpu"),
+    (False, True, "cuda", "mps, cpu"),
+    (True, False, "mps", "cuda, cpu"),
+])
+def test_absent_device_names_what_is_present(hardware, cuda, mps, absent, present):
+    hardware(cuda=cuda, mps=mps)
+    with pytest.raises(DeviceUnavailable) as info:
+        dev.resolve_device(absent)
+    message = str(info.value)
+    assert message.startswith(f"device {absent!r} is not available on this machine")
+    assert f"(present: {present})" in message
+    assert "\n" not in message
+
+
+def test_unknown_device_and_dtype_names_are_user_errors():
+    with pytest.raises(UserError, match="unknown device 'tpu'") as info:
+        dev.resolve_device("tpu")
+    assert not isinstance(info.value, DeviceUnavailable)
+    with pytest.raises(UserError, match="unknown dtype 'float8'"):
+        dev.resolve_dtype("float8", torch.device("cpu"))
+
+
+@pytest.mark.parametrize("bf16, expected", [(True, torch.bfloat16), (False, torch.float16)])
+def test_auto_dtype_on_cuda_follows_bf16_support(monkeypatch, bf16, expected):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    assert dev.resolve_dtype("auto", torch.device("cuda")) == expected
+
+
+def test_auto_dtype_on_cpu_and_mps():
+    assert dev.resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert dev.resolve_dtype("auto", torch.device("mps")) == torch.float16
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16"])
+def test_explicit_dtype_is_kept_on_every_device(name):
+    for device in ("cpu", "cuda", "mps"):
+        assert dev.resolve_dtype(name, torch.device(device)) == getattr(torch, name)
+
+
+def test_sync_cuda_and_mps_call_their_synchronize(monkeypatch):
+    cuda_sync, mps_sync = mock.Mock(), mock.Mock()
+    monkeypatch.setattr(torch.cuda, "synchronize", cuda_sync)
+    monkeypatch.setattr(torch.mps, "synchronize", mps_sync)
+    dev.sync("cuda")
+    cuda_sync.assert_called_once_with("cuda")
+    dev.sync(torch.device("mps"))
+    mps_sync.assert_called_once_with()
+    dev.sync("cpu")  # nothing to wait for
+    assert cuda_sync.call_count == 1 and mps_sync.call_count == 1
+
+
+def test_sync_on_an_unknown_device_type_raises():
+    with pytest.raises(ValueError, match="no sync defined for device type 'meta'"):
+        dev.sync("meta")
+
+
+def test_peak_memory(monkeypatch):
+    assert dev.peak_memory_bytes("cpu") > 0
+    assert dev.peak_memory_bytes(torch.device("cpu")) > 0
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 12345)
+    assert dev.peak_memory_bytes("cuda") == 12345
+    reset = mock.Mock()
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
+    dev.reset_peak_memory("cuda")
+    reset.assert_called_once_with("cuda")
+    dev.reset_peak_memory("cpu")
+    assert reset.call_count == 1
+    with pytest.raises(ValueError, match="no memory probe"):
+        dev.peak_memory_bytes("meta")
+
+
+def test_set_threads():
+    before = torch.get_num_threads()
+    try:
+        assert dev.set_threads(None) == before
+        assert dev.set_threads(2) == 2
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    for bad in (0, -1):
+        with pytest.raises(UserError, match=f"--threads must be at least 1, got {bad}"):
+            dev.set_threads(bad)
+    assert torch.get_num_threads() == before
+
+
+def test_engine_config_validates_device_dtype_threads():
+    assert EngineConfig().device == "auto" and EngineConfig().dtype == "auto"
+    with pytest.raises(UserError, match="unknown device 'tpu'"):
+        EngineConfig(device="tpu")
+    with pytest.raises(UserError, match="unknown dtype 'int4'"):
+        EngineConfig(dtype="int4")
+    with pytest.raises(UserError, match="--threads must be at least 1"):
+        EngineConfig(threads=0)
+    with pytest.raises(UserError, match="--model must not be empty"):
+        EngineConfig(model="")
+
+
+def test_device_name_and_thread_environment(monkeypatch):
+    assert isinstance(dev.device_name("cpu"), str) and dev.device_name("cpu")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    env = dev.thread_environment()
+    assert env["OMP_NUM_THREADS"] == "3"
+    assert "MKL_NUM_THREADS" not in env
