@@ -57,7 +57,8 @@ class SamplingParams:
         if self.max_new_tokens < 1:
             raise UserError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
         if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise UserError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+            raise UserError("temperature must be a finite number >= 0 (0 = greedy), "
+                            f"got {self.temperature}")
         if self.top_k < 0:
             raise UserError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if not (0.0 < self.top_p <= 1.0):
