@@ -37,7 +37,7 @@ class WordTokenizer:
 @pytest.fixture(scope="module")
 def lm():
     """The tiny random model (real SmolLM2 tokenizer)."""
-    return load_model(EngineConfig(model="tiny"))
+    return load_model(EngineConfig(model="tiny", device="cpu"))
 
 
 @pytest.fixture(scope="module")

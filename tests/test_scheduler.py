@@ -17,7 +17,7 @@ from llmbench.scheduler import Outcome, Scheduler, SchedulerFull
 @pytest.fixture(scope="module")
 def lm():
     """The tiny random model: real tokenizer, ~1 s to load, wide greedy margins."""
-    return load_model(EngineConfig(model="tiny"))
+    return load_model(EngineConfig(model="tiny", device="cpu"))
 
 
 @pytest.fixture

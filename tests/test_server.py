@@ -26,7 +26,7 @@ BODY_LIMIT = 100_000
 @pytest.fixture(scope="module")
 def lm():
     """The tiny random model (real tokenizer, context 8192)."""
-    return load_model(EngineConfig(model="tiny"))
+    return load_model(EngineConfig(model="tiny", device="cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +208,7 @@ def test_detokenizer_deltas_add_up_for_multibyte_and_merged_tokens(lm):
 def test_health_and_openapi(client, lm):
     health = client.get("/health").json()
     assert health["status"] == "ok" and health["model"] == "tiny"
-    assert health["device"] == "cpu" and health["fingerprint"] == lm.fingerprint
+    assert health["device"] == str(lm.device) and health["fingerprint"] == lm.fingerprint
     spec = client.get("/openapi.json").json()
     assert {"/generate", "/stream", "/v1/completions", "/v1/chat/completions",
             "/health"} <= set(spec["paths"])
