@@ -1,0 +1,178 @@
+"""Reading runs back: every unusable file is one clear `RunError`; environments match on
+model, fingerprint, device, dtype and threads, never on library versions; `latest` is the
+newest run of the same environment; saved runs are numbered and never overwritten."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from gate_runs import ENVIRONMENT, make_run, write_run
+
+from llmbench import baselines
+from llmbench.baselines import EnvironmentMismatch, RunError
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_load_run_reads_samples_environment_and_control(tmp_path):
+    path = write_run(tmp_path / "0001_x.json", make_run(1))
+    run = baselines.load_run(path)
+    assert run.source == str(path)
+    assert len(run.benchmarks) == 4
+    bench = run.benchmarks["benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]"]
+    assert bench.name == "test_decode_steps[ctx=16]"
+    assert bench.group == "decode"
+    assert len(bench.samples) == 10 and all(isinstance(x, float) for x in bench.samples)
+    assert run.environment["threads"] == 2
+    assert run.device == "cpu"
+    assert len(run.control_s) == 12
+
+
+def test_load_run_reads_a_real_saved_run():
+    """A run saved by the suite (tiny model, trimmed to three benchmarks)."""
+    run = baselines.load_run(DATA / "tiny_run.json")
+    assert {b.group for b in run.benchmarks.values()} == {"prefill", "decode"}
+    assert all(len(b.samples) == 6 for b in run.benchmarks.values())
+    assert run.environment["model"] == "tiny"
+    assert run.control_s
+
+
+def test_a_folder_means_its_newest_run(tmp_path):
+    for number in (2, 10, 9):
+        write_run(tmp_path / f"{number:04d}_x.json", make_run(number))
+    (tmp_path / "notes.json").write_text("{}")
+    assert Path(baselines.load_run(tmp_path).source).name == "0010_x.json"
+
+
+@pytest.mark.parametrize("content, fragments", [
+    ('{"benchmarks": [{"name": ', ["truncated JSON", "re-run"]),
+    ("not json at all", ["invalid JSON", "line 1"]),
+    ("[1, 2]", ["not a pytest-benchmark run"]),
+    ('{"machine_info": {}}', ["not a pytest-benchmark run", "'benchmarks'"]),
+    ('{"benchmarks": []}', ["holds no benchmarks"]),
+])
+def test_unusable_files_are_one_line_errors(tmp_path, content, fragments):
+    path = tmp_path / "run.json"
+    path.write_text(content)
+    with pytest.raises(RunError) as exc:
+        baselines.load_run(path)
+    message = str(exc.value)
+    assert "\n" not in message and str(path) in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_missing_file_and_empty_folder(tmp_path):
+    with pytest.raises(RunError, match="no such run file: .*nope.json"):
+        baselines.load_run(tmp_path / "nope.json")
+    with pytest.raises(RunError, match="holds no numbered runs"):
+        baselines.load_run(tmp_path)
+
+
+def test_a_run_without_raw_samples_names_the_flag_that_saves_them(tmp_path):
+    run = make_run(1)
+    for entry in run["benchmarks"]:
+        del entry["stats"]["data"]
+    path = write_run(tmp_path / "run.json", run)
+    with pytest.raises(RunError) as exc:
+        baselines.load_run(path)
+    assert "no raw per-round samples" in str(exc.value)
+    assert "--benchmark-save-data" in str(exc.value)
+    assert "--baseline-dir" in str(exc.value)
+
+
+def test_a_run_with_one_benchmark_twice_is_refused(tmp_path):
+    run = make_run(1)
+    run["benchmarks"].append(copy.deepcopy(run["benchmarks"][0]))
+    with pytest.raises(RunError, match="appears twice"):
+        baselines.load_run(write_run(tmp_path / "run.json", run))
+
+
+def test_plain_pytest_benchmark_json_loads_without_environment(tmp_path):
+    run = make_run(1)
+    del run["llmbench"]
+    loaded = baselines.load_run(write_run(tmp_path / "run.json", run))
+    assert loaded.environment is None and loaded.control_s == ()
+    assert baselines.environment_differences(loaded.environment, ENVIRONMENT) == [
+        "no llmbench environment record in the baseline run"]
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("model", "smollm2-135m", "model 'tiny' vs 'smollm2-135m'"),
+    ("device", "cuda", "device 'cpu' vs 'cuda'"),
+    ("dtype", "bfloat16", "dtype 'float32' vs 'bfloat16'"),
+    ("threads", 4, "threads 2 vs 4"),
+    ("device_name", "Other CPU", "device_name 'Test CPU' vs 'Other CPU'"),
+])
+def test_environment_differences_name_each_field(field, value, expected):
+    other = {**ENVIRONMENT, field: value}
+    assert baselines.environment_differences(ENVIRONMENT, other) == [expected]
+
+
+def test_fingerprint_difference_lists_its_keys_and_versions_are_allowed():
+    other = copy.deepcopy(ENVIRONMENT)
+    other["fingerprint"]["num_parameters"] += 1
+    other["versions"]["torch"] = "2.14.0"
+    assert baselines.environment_differences(ENVIRONMENT, other) == [
+        "model fingerprint differs in num_parameters"]
+    upgraded = {**ENVIRONMENT, "versions": {**ENVIRONMENT["versions"], "torch": "2.14.0"}}
+    assert baselines.environment_differences(ENVIRONMENT, upgraded) == []
+    assert baselines.version_differences(ENVIRONMENT, upgraded) == {
+        "torch": ("2.13.0+cpu", "2.14.0")}
+
+
+def test_mismatch_message_lists_differences_and_the_override():
+    message = str(EnvironmentMismatch(["threads 2 vs 4", "dtype 'a' vs 'b'"]))
+    assert "threads 2 vs 4; dtype 'a' vs 'b'" in message
+    assert "--allow-mismatch" in message
+
+
+def test_latest_run_is_the_newest_of_the_same_environment(tmp_path):
+    env4 = {**ENVIRONMENT, "threads": 4}
+    write_run(tmp_path / "0001_a.json", make_run(1))
+    write_run(tmp_path / "0002_b.json", make_run(2))
+    write_run(tmp_path / "0003_c.json", make_run(3, environment=env4))
+    (tmp_path / "0004_broken.json").write_text("{")
+    assert baselines.latest_run(tmp_path).name == "0004_broken.json"
+    assert baselines.latest_run(tmp_path, environment=ENVIRONMENT).name == "0002_b.json"
+    assert baselines.latest_run(tmp_path, environment=env4).name == "0003_c.json"
+    excluded = baselines.latest_run(tmp_path, environment=ENVIRONMENT,
+                                    exclude=[tmp_path / "0002_b.json"])
+    assert excluded.name == "0001_a.json"
+    assert baselines.latest_run(tmp_path / "absent") is None
+    assert baselines.latest_run(tmp_path, environment={**ENVIRONMENT, "dtype": "x"}) is None
+
+
+def test_pool_runs_concatenates_samples_of_shared_benchmarks():
+    a = baselines.run_from_json(make_run(1, rounds=3), "a")
+    b_json = make_run(2, rounds=4)
+    b_json["benchmarks"].pop()  # one benchmark only in the first run
+    b = baselines.run_from_json(b_json, "b")
+    pooled = baselines.pool_runs([a, b], "pooled")
+    assert pooled.source == "pooled"
+    assert len(pooled.benchmarks) == 3
+    for key, bench in pooled.benchmarks.items():
+        assert bench.samples == a.benchmarks[key].samples + b.benchmarks[key].samples
+    assert pooled.control_s == a.control_s + b.control_s
+
+
+def test_pool_runs_refuses_mixed_environments():
+    a = baselines.run_from_json(make_run(1), "a")
+    b = baselines.run_from_json(make_run(2, environment={**ENVIRONMENT, "threads": 1}), "b")
+    with pytest.raises(EnvironmentMismatch, match="threads 2 vs 1"):
+        baselines.pool_runs([a, b], "pooled")
+
+
+def test_save_numbered_never_overwrites(tmp_path):
+    first = baselines.save_numbered(tmp_path, {"n": 1}, "abc")
+    second = baselines.save_numbered(tmp_path, {"n": 2}, "abc")
+    assert (first.name, second.name) == ("0001_abc.json", "0002_abc.json")
+    assert json.loads(first.read_text()) == {"n": 1}
+    assert baselines.list_runs(tmp_path) == [first, second]
+    with pytest.raises(FileExistsError):
+        baselines.write_new_json(first, {"n": 3})
+    assert json.loads(first.read_text()) == {"n": 1}
+    assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
