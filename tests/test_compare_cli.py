@@ -1,0 +1,195 @@
+"""`llmbench compare`: exit 0 without a regression, 1 with one, 2 when the runs cannot be
+compared, always with one clear line and never a traceback; then end to end on real runs of
+the tiny model (unchanged code, a slowed decode, and the same pair swapped: a speedup)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from gate_runs import ENVIRONMENT, make_run, tiny_runs, write_run
+
+from llmbench.cli import main
+from llmbench.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+
+
+def compare(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(["compare", *argv])
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_cannot_compare(code: int, out: str, err: str, *fragments: str) -> None:
+    assert code == EXIT_USAGE
+    assert out == ""
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("llmbench compare: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.fixture
+def base(tmp_path):
+    return write_run(tmp_path / "base" / "0001_a.json", make_run(1))
+
+
+def test_no_regression_exits_0_with_table_and_summary(capsys, base, tmp_path):
+    cand = write_run(tmp_path / "cand.json", make_run(2))
+    code, out, err = compare(capsys, str(base), str(cand))
+    assert (code, err) == (EXIT_OK, "")
+    lines = out.splitlines()
+    assert lines[0] == f"baseline:  {base} (commit 00000000, 2026-01-01T00:00:00+00:00)"
+    assert any(line.startswith("benchmark ") and line.rstrip().endswith("verdict")
+               for line in lines)
+    assert lines[-1].startswith("PASS: 0 regression, 0 improvement, 4 unchanged")
+
+
+def test_regression_exits_1(capsys, base, tmp_path):
+    cand = write_run(tmp_path / "cand.json", make_run(2, factors={"test_prefill[in=32]": 1.5}))
+    code, out, _ = compare(capsys, str(base), str(cand))
+    assert code == EXIT_REGRESSION
+    regressed = [line.split()[0] for line in out.splitlines() if line.endswith(" regression")]
+    assert regressed == ["test_prefill[in=32]"]
+
+
+def test_options_reach_the_rule(capsys, base, tmp_path):
+    cand = write_run(tmp_path / "cand.json", make_run(2, factors={"prefill": 1.3}))
+    code, out, _ = compare(capsys, str(base), str(cand), "--threshold", "50%",
+                           "--threshold-for", "test_prefill[in=128]=5%", "--alpha", "0.01",
+                           "--format", "json")
+    data = json.loads(out)
+    assert code == EXIT_REGRESSION
+    assert data["options"]["alpha"] == 0.01
+    verdicts = {c["label"]: (c["threshold"], c["verdict"]) for c in data["comparisons"]}
+    assert verdicts["test_prefill[in=128]"] == (0.05, "regression")
+    assert verdicts["test_prefill[in=32]"][0] == 0.5
+    assert verdicts["test_prefill[in=32]"][1] != "regression"
+
+
+def test_markdown_format(capsys, base, tmp_path):
+    cand = write_run(tmp_path / "cand.json", make_run(2))
+    code, out, _ = compare(capsys, str(base), str(cand), "--format", "markdown")
+    assert code == EXIT_OK
+    assert "| benchmark | baseline | candidate | ratio | CI | p adj | verdict |" in out
+
+
+def test_fail_on_inconclusive(capsys, tmp_path):
+    a = write_run(tmp_path / "a.json", make_run(1, rounds=3))
+    b = write_run(tmp_path / "b.json", make_run(2, rounds=3))
+    code, out, _ = compare(capsys, str(a), str(b))
+    assert code == EXIT_OK and "4 inconclusive of 4" in out.splitlines()[-1]
+    code, out, _ = compare(capsys, str(a), str(b), "--fail-on-inconclusive")
+    assert code == EXIT_REGRESSION
+
+
+def _without_samples(run):
+    for entry in run["benchmarks"]:
+        entry["stats"].pop("data")
+    return run
+
+
+@pytest.mark.parametrize("make, fragments", [
+    (None, ["no such run file"]),
+    (lambda p: p.write_text('{"benchmarks": [{"stats": {"data": [0.1,'), ["truncated JSON"]),
+    (lambda p: p.write_text("<html>"), ["invalid JSON"]),
+    (lambda p: write_run(p, _without_samples(make_run(2))),
+     ["no raw per-round samples", "--benchmark-save-data"]),
+    (lambda p: write_run(p, make_run(2, benchmarks={"test_other": "other"})),
+     ["no benchmarks in common"]),
+    (lambda p: write_run(p, make_run(2, environment={**ENVIRONMENT, "model": "smollm2-135m",
+                                                      "threads": 4})),
+     ["different environments", "model 'tiny' vs 'smollm2-135m'", "threads 2 vs 4",
+      "--allow-mismatch"]),
+])
+def test_cannot_compare_exits_2_with_one_line(capsys, base, tmp_path, make, fragments):
+    cand = tmp_path / "cand.json"
+    if make is not None:
+        make(cand)
+    assert_cannot_compare(*compare(capsys, str(base), str(cand)), *fragments)
+
+
+def test_allow_mismatch_overrides_and_says_so(capsys, base, tmp_path):
+    cand = write_run(tmp_path / "cand.json", make_run(2, environment={**ENVIRONMENT,
+                                                                      "threads": 4}))
+    code, out, _ = compare(capsys, str(base), str(cand), "--allow-mismatch")
+    assert code == EXIT_OK
+    assert "ENVIRONMENT MISMATCH (allowed by --allow-mismatch): threads 2 vs 4" in out
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--threshold", "10"], "ambiguous"),
+    (["--alpha", "0.6"], "must be in (0, 0.5)"),
+    (["--threshold-for", "decode"], "GROUP_OR_BENCHMARK=PCT"),
+    (["--threshold-for", "nothing=5%"], "no benchmark or group of that name"),
+    (["--format", "html"], "invalid choice"),
+])
+def test_bad_options_exit_2(capsys, base, argv, fragment):
+    code, out, err = compare(capsys, str(base), str(base), *argv)
+    assert code == EXIT_USAGE and fragment in err and "Traceback" not in err
+
+
+def test_normalize_without_control_samples_exits_2(capsys, base, tmp_path):
+    bare = make_run(2)
+    bare["llmbench"]["control_s"] = []
+    cand = write_run(tmp_path / "cand.json", bare)
+    assert_cannot_compare(*compare(capsys, str(base), str(cand), "--normalize"),
+                          "--normalize needs machine-speed control samples")
+
+
+def test_a_folder_compares_its_newest_run(capsys, base, tmp_path):
+    write_run(base.parent / "0002_b.json", make_run(3, factors={"decode": 2.0}))
+    code, out, _ = compare(capsys, str(base), str(base.parent))
+    assert code == EXIT_REGRESSION
+    assert f"candidate: {base.parent / '0002_b.json'}" in out
+
+
+def test_the_installed_command_exits_with_the_codes(base, tmp_path):
+    slow = write_run(tmp_path / "slow.json", make_run(2, factors={"decode": 2.0}))
+    cmd = [sys.executable, "-m", "llmbench", "compare", str(base)]
+    ok = subprocess.run([*cmd, str(base)], capture_output=True, text=True)
+    bad = subprocess.run([*cmd, str(slow)], capture_output=True, text=True)
+    missing = subprocess.run([*cmd, str(tmp_path / "nope.json")], capture_output=True, text=True)
+    assert (ok.returncode, bad.returncode, missing.returncode) == (0, 1, 2)
+    assert missing.stdout == "" and missing.stderr.count("\n") == 1
+
+
+# --- End to end on the tiny model --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return tiny_runs(tmp_path_factory)
+
+
+def _verdicts(out: str) -> dict[str, str]:
+    return {line.split()[0]: line.split()[-1] for line in out.splitlines()
+            if line.startswith("test_")}
+
+
+def test_tiny_unchanged_code_is_no_regression(capsys, runs):
+    code, out, _ = compare(capsys, runs.base, runs.same, "--threshold", "200%")
+    assert code == EXIT_OK, out
+    assert "regression" not in _verdicts(out).values()
+
+
+def test_tiny_slowed_decode_is_a_regression_on_decode_only(capsys, runs):
+    code, out, _ = compare(capsys, runs.base, runs.slow, "--threshold", "200%")
+    assert code == EXIT_REGRESSION, out
+    verdicts = _verdicts(out)
+    assert verdicts["test_decode_steps[ctx=16]"] == "regression"
+    assert [name for name, v in verdicts.items() if v == "regression"] == [
+        "test_decode_steps[ctx=16]"]
+
+
+def test_tiny_speedup_is_an_improvement_never_a_regression(capsys, runs):
+    code, out, _ = compare(capsys, runs.slow, runs.base, "--threshold", "200%")
+    assert code == EXIT_OK, out
+    verdicts = _verdicts(out)
+    assert verdicts["test_decode_steps[ctx=16]"] == "improvement"
+    assert "regression" not in verdicts.values()
