@@ -10,11 +10,12 @@ unless `temperature` is given (OpenAI's own default is 1). `top_k` and `ignore_e
 accepted on the OpenAI routes as extensions, as vLLM does (the `openai` client sends them
 with `extra_body`). OpenAI parameters that would change the work done (`stop`, `n` > 1,
 `logprobs`, penalties, ...) are rejected with 422 rather than silently ignored; unknown
-fields are rejected too. `user` is accepted and ignored.
+fields are rejected too. `user` is accepted and ignored; `null` means "use the default".
 
 Errors: invalid input -> 422 with `detail: [{loc, msg, type}]` naming the field; a prompt
 that does not fit the context -> 422 stating the limit; a body over `max_body_bytes` ->
-413; a full queue -> 503; unknown route -> 404. A client that disconnects cancels its
+413; a body that is not UTF-8 -> 400 (FastAPI's); a full queue -> 503; unknown route ->
+404. A client that disconnects cancels its
 request, which leaves the batch at the next step.
 """
 
@@ -33,7 +34,8 @@ from typing import Any, Literal
 from fastapi import FastAPI, HTTPException
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from starlette.background import BackgroundTask
 from starlette.requests import Request as HTTPRequest
 
 from . import __version__
@@ -151,6 +153,13 @@ def _schemas(cap: int) -> dict[str, type[BaseModel]]:
         frequency_penalty: Any = None
         logit_bias: Any = None
 
+        @model_validator(mode="before")
+        @classmethod
+        def null_means_default(cls, data: Any) -> Any:
+            # OpenAI clients may send `"temperature": null` for "not set".
+            return {k: v for k, v in data.items() if v is not None} if isinstance(
+                data, dict) else data
+
         @field_validator(*_NEUTRAL, mode="before", check_fields=False)
         @classmethod
         def check_unsupported(cls, value: Any, info) -> Any:
@@ -254,6 +263,13 @@ def sse(data: dict | str, event: str | None = None) -> str:
     """One Server-Sent Event frame."""
     payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"
+
+
+def _event_stream(frames: AsyncIterator[str], request: Request) -> StreamingResponse:
+    # The background task cancels the request even when the client leaves before the
+    # first frame, when the frame generator never starts and so never cleans up.
+    return StreamingResponse(frames, media_type="text/event-stream",
+                             background=BackgroundTask(request.cancel))
 
 
 def _invalid(loc: list, msg: str) -> RequestValidationError:
@@ -423,7 +439,7 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
                 else:
                     yield sse({"text": delta, **metrics(request, item, first, received)}, "done")
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return _event_stream(events(), request)
 
     async def openai(http: HTTPRequest, body, ids: list[int], max_tokens: int | None,
                      kind: str):
@@ -481,7 +497,7 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
                     yield sse({**chunk_head, "choices": [], "usage": usage(item)})
             yield sse("[DONE]")
 
-        return StreamingResponse(chunks(), media_type="text/event-stream")
+        return _event_stream(chunks(), request)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, http: HTTPRequest):

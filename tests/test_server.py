@@ -17,6 +17,7 @@ from llmbench.engine import generate
 from llmbench.errors import UserError
 from llmbench.models import load_model
 from llmbench.prompts import encode
+from llmbench.scheduler import SchedulerFull
 from llmbench.server import IncrementalDetokenizer, ServerSettings, create_app, running_server
 
 CAP = 8  # max_new_tokens cap of the in-process app: keeps valid fuzz requests short
@@ -137,6 +138,23 @@ def test_openai_routes_reject_unsupported_parameters(client):
     assert client.post("/v1/chat/completions", json={**chat, **neutral}).status_code == 200
     empty = client.post("/v1/completions", json={"prompt": "", "max_tokens": 2})
     assert empty.status_code == 422 and "prompt is empty" in empty.json()["detail"][0]["msg"]
+
+
+def test_openai_null_means_default_and_a_full_queue_is_503(client, monkeypatch):
+    nulls = {"temperature": None, "top_p": None, "seed": None, "max_tokens": None,
+             "stream": None, "stream_options": None}
+    response = client.post("/v1/completions", json={"prompt": "Hi", **nulls})
+    assert response.status_code == 200
+    assert response.json()["usage"]["completion_tokens"] <= min(SamplingParams().max_new_tokens,
+                                                                CAP)
+
+    def full(*args, **kwargs):
+        raise SchedulerFull("256 requests are already waiting")
+
+    monkeypatch.setattr(client.app.state.scheduler, "submit", full)
+    busy = client.post("/generate", json={"prompt": "Hi"})
+    assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+    assert "retry later" in busy.json()["detail"]
 
 
 def test_settings_are_validated():
