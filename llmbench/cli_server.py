@@ -100,6 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               max_new_tokens_cap=args.max_new_tokens_cap)
     lm = load_model(engine_config(args))
     app = create_app(lm, settings)
+    app.state.scheduler.start()  # warm up, and refuse an unsupported model, before binding
     print(f"llmbench serve: {lm.name} on {lm.device} at http://{settings.host}:{settings.port}"
           " (API docs at /docs)", file=sys.stderr)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
