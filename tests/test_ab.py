@@ -172,7 +172,10 @@ def test_real_suite_on_tiny_against_head(tmp_path):
                        repo=REPO, keep=str(tmp_path / "blocks"))
     (comparison,) = result.comparisons
     assert (comparison.n_baseline, comparison.n_candidate) == (6, 6)
-    head = _git(REPO, "rev-parse", "HEAD").strip()
-    assert f"@ {head[:8]}" in result.baseline.source
+    # run_blocks checked every baseline block's recorded commit against REV's; HEAD itself
+    # may have moved on meanwhile (others commit), so read the commit off the run.
+    recorded = result.baseline.commit_info["id"]
+    assert f"@ {recorded[:8]}" in result.baseline.source
+    assert _git(REPO, "cat-file", "-t", recorded).strip() == "commit"
     assert result.speed is not None
     assert _worktrees(REPO) == before

@@ -1,0 +1,223 @@
+"""Measure the regression gate on a real model: false alarms and detection, stored and A/B.
+
+    python scripts/gate_trials.py --model smollm2-135m --trials 10 --ab-trials 10
+
+Everything runs from a temporary git worktree of --rev (HEAD by default), so edits made
+meanwhile do not leak into the trials. Three measurements, for the closing note of the
+regression-gate issue:
+
+1. Stored baseline: one baseline run, then --trials rounds of (a fresh run of the same
+   code, a fresh run with decode slowed by --slowdown), each compared to the baseline,
+   with and without --normalize. Fresh runs alternate so that drift weighs on both kinds.
+   - A/A false-alarm rate: share of unchanged-code comparisons with at least one regression
+     (also: with any claimed change, regression or improvement).
+   - detection rate: share of --target-group benchmarks called a regression in the slowed
+     comparisons (and the share of slowed comparisons that fail the gate at all).
+2. A/B mode: --ab-trials rounds of (same code on both sides; slowdown on the candidate
+   side), each `--blocks` ABBA blocks of `--ab-rounds` rounds, as `llmbench ab` runs them.
+
+The slowdown is `-p llmbench.inject --slow-down decode_step=FACTOR`: every decode step takes
+1 + FACTOR times as long, so every benchmark that decodes slows, the decode group by the
+full factor. Every run is kept under --out; a JSON record and a markdown summary are
+written there and the summary is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmbench import ab, baselines, gate
+from llmbench.errors import UserError
+from llmbench.stats import Verdict
+
+
+@dataclass
+class Outcome:
+    """One comparison, reduced to what the rates need."""
+
+    kind: str  # "aa" or "slow"
+    mode: str  # "stored", "stored+normalize" or "ab"
+    counts: dict[str, int]
+    target: list[str]  # verdicts of the target group's benchmarks
+    target_ratio: list[float]
+    speed_ratio: float | None
+    regressed: list[str] = field(default_factory=list)
+
+
+def run_suite(root: Path, out: Path, args: list[str]) -> Path:
+    """One `pytest --benchmark-only` run in `root`, saved under `out`; its run file."""
+    side = ab.Side("trial", root)
+    before = set(out.glob("*/*.json"))
+    cmd = [sys.executable, "-m", "pytest", "--benchmark-only", "-q", "-p", "no:cacheprovider",
+           f"--baseline-dir={out}", *args]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=root, env=ab.side_env(side), capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise SystemExit(f"gate_trials: pytest failed ({proc.returncode}): {' '.join(cmd)}\n"
+                         f"{tail}")
+    (new,) = sorted(set(out.glob("*/*.json")) - before)
+    print(f"  run {new.name} in {time.perf_counter() - started:.0f} s", flush=True)
+    return new
+
+
+def outcome(kind: str, mode: str, result: gate.GateResult, group: str) -> Outcome:
+    target = [c for c in result.comparisons if c.group == group]
+    return Outcome(
+        kind=kind, mode=mode, counts=result.counts,
+        target=[c.verdict.value for c in target], target_ratio=[c.ratio for c in target],
+        speed_ratio=result.speed.ratio if result.speed else None,
+        regressed=[result.labels[c.name] for c in result.comparisons
+                   if c.verdict is Verdict.REGRESSION])
+
+
+def judge(kind: str, base: baselines.Run, cand: baselines.Run, options: gate.GateOptions,
+          group: str, modes: tuple[str, ...]) -> list[Outcome]:
+    results = []
+    for mode in modes:
+        opts = dataclasses.replace(options, normalize=mode == "stored+normalize")
+        result = gate.compare_runs(base, cand, opts)
+        results.append(outcome(kind, mode, result, group))
+        print(f"  {kind:4} {mode:17} {gate.summary_line(result)}", flush=True)
+    return results
+
+
+def rates(outcomes: list[Outcome]) -> dict[str, dict]:
+    table: dict[str, dict] = {}
+    for mode in sorted({o.mode for o in outcomes}):
+        aa = [o for o in outcomes if o.mode == mode and o.kind == "aa"]
+        slow = [o for o in outcomes if o.mode == mode and o.kind == "slow"]
+        target = [v for o in slow for v in o.target]
+        table[mode] = {
+            "aa_comparisons": len(aa),
+            "aa_false_alarm_rate": _share(o.counts["regression"] > 0 for o in aa),
+            "aa_any_claim_rate": _share(o.counts["regression"] + o.counts["improvement"] > 0
+                                        for o in aa),
+            "aa_inconclusive_share": _share_of_counts(aa, "inconclusive"),
+            "slow_comparisons": len(slow),
+            "detection_rate": _share(v == "regression" for v in target),
+            "slow_gate_failed_rate": _share(o.counts["regression"] > 0 for o in slow),
+            "slow_target_median_ratio": _median([r for o in slow for r in o.target_ratio]),
+        }
+    return table
+
+
+def _share(flags) -> float | None:
+    flags = list(flags)
+    return sum(flags) / len(flags) if flags else None
+
+
+def _share_of_counts(outcomes: list[Outcome], verdict: str) -> float | None:
+    total = sum(sum(o.counts.values()) for o in outcomes)
+    return sum(o.counts[verdict] for o in outcomes) / total if total else None
+
+
+def _median(values: list[float]) -> float | None:
+    values = sorted(values)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def markdown(table: dict[str, dict], args: argparse.Namespace) -> str:
+    def pct(x):
+        return "-" if x is None else f"{x:.0%}"
+
+    lines = [f"Gate trials: model {args.model}, rev {args.rev}, slowdown "
+             f"{args.slowdown:.0%} of decode_step, target group {args.target_group!r}, "
+             f"pytest args {' '.join(args.pytest_args) or '(none)'}", "",
+             "| mode | A/A comparisons | A/A false alarms (any regression) | A/A any claim | "
+             "A/A inconclusive | slowed comparisons | detection (target benchmarks) | "
+             "slowed runs failing | target ratio (median) |",
+             "|:--|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for mode, r in table.items():
+        ratio = r["slow_target_median_ratio"]
+        lines.append(
+            f"| {mode} | {r['aa_comparisons']} | {pct(r['aa_false_alarm_rate'])} | "
+            f"{pct(r['aa_any_claim_rate'])} | {pct(r['aa_inconclusive_share'])} | "
+            f"{r['slow_comparisons']} | {pct(r['detection_rate'])} | "
+            f"{pct(r['slow_gate_failed_rate'])} | {'-' if ratio is None else f'{ratio:.3f}'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     usage="%(prog)s [options] [-- PYTEST_ARGS ...]")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--rev", default="HEAD", help="the code to measure. Default: HEAD")
+    parser.add_argument("--trials", type=int, default=10,
+                        help="stored-baseline rounds (one A/A and one slowed run each)")
+    parser.add_argument("--ab-trials", type=int, default=10,
+                        help="A/B rounds (one A/A and one slowed A/B each)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rounds per benchmark in stored-baseline runs. Default: the "
+                             "profile's")
+    parser.add_argument("--blocks", type=int, default=ab.DEFAULT_BLOCKS)
+    parser.add_argument("--ab-rounds", type=int, default=ab.DEFAULT_ROUNDS)
+    parser.add_argument("--slowdown", type=float, default=0.15)
+    parser.add_argument("--target-group", default="decode",
+                        help="the benchmark group slowed by the full factor. Default: decode")
+    parser.add_argument("--threshold", type=gate.parse_fraction, default=None)
+    parser.add_argument("--out", default=None, help="Default: a new temporary folder (kept)")
+    args = parser.parse_args(argv[:cut])
+    args.pytest_args = argv[cut + 1:]
+    ab.check_pytest_args(args.pytest_args)
+
+    out = Path(args.out or tempfile.mkdtemp(prefix="llmbench-trials-"))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"gate_trials: runs and results under {out}", flush=True)
+    options = gate.GateOptions(threshold=args.threshold)
+    common = ["--model", args.model, *args.pytest_args]
+    stored_args = common + ([f"--rounds={args.rounds}"] if args.rounds else [])
+    inject = ["-p", "llmbench.inject", f"--slow-down=decode_step={args.slowdown}"]
+    outcomes: list[Outcome] = []
+    try:
+        with ab.worktree(ab.repo_root(), args.rev) as (root, sha):
+            print(f"gate_trials: {args.rev} = {sha[:8]} checked out in {root}", flush=True)
+            if args.trials:
+                print("stored baseline: the baseline run", flush=True)
+                base = baselines.load_run(run_suite(root, out / "stored", stored_args))
+                for i in range(1, args.trials + 1):
+                    print(f"stored baseline: trial {i}/{args.trials}", flush=True)
+                    same = baselines.load_run(run_suite(root, out / "stored", stored_args))
+                    outcomes += judge("aa", base, same, options, args.target_group,
+                                      ("stored", "stored+normalize"))
+                    slow = baselines.load_run(run_suite(root, out / "stored-slow",
+                                                        stored_args + inject))
+                    outcomes += judge("slow", base, slow, options, args.target_group,
+                                      ("stored", "stored+normalize"))
+            for i in range(1, args.ab_trials + 1):
+                for kind, extra in (("aa", ()), ("slow", tuple(inject))):
+                    print(f"A/B: trial {i}/{args.ab_trials} ({kind})", flush=True)
+                    base, cand = ab.run_blocks(
+                        ab.Side("baseline", root, commit=sha),
+                        ab.Side("candidate", root, extra, commit=sha),
+                        blocks=args.blocks, rounds=args.ab_rounds, pytest_args=common,
+                        workdir=out / f"ab-{kind}-{i:02d}", log=sys.stdout)
+                    outcomes += judge(kind, base, cand, options, args.target_group, ("ab",))
+    except UserError as exc:
+        print(f"gate_trials: error: {exc}", file=sys.stderr)
+        return 2
+    table = rates(outcomes)
+    summary = markdown(table, args)
+    (out / "trials.json").write_text(json.dumps(
+        {"args": vars(args), "rates": table, "outcomes": [o.__dict__ for o in outcomes]},
+        indent=2))
+    (out / "summary.md").write_text(summary + "\n")
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
