@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from . import __version__, cli_gate, cli_report
+from . import __version__, cli_gate, cli_report, cli_server
 from .config import ENGINES, EngineConfig, SamplingParams, default_of
 from .device import DEVICES, DTYPES
 from .errors import EXIT_OK, EXIT_USAGE, UserError
@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.set_defaults(func=cmd_models)
     cli_report.register(sub)
     cli_gate.register(sub)
+    cli_server.register(sub)
     return parser
 
 

@@ -99,7 +99,10 @@ def sample_next(logits: torch.Tensor, params: SamplingParams,
     """Pick the next token per row of `logits` ([batch, vocab]) -> [batch]."""
     if params.is_greedy:
         return logits.argmax(dim=-1)
-    scores = logits.float() / params.temperature
+    # Shift so the best score is 0 before dividing: a tiny temperature then sends the
+    # others to -inf instead of overflowing everything to inf (and softmax to NaN).
+    scores = logits.float()
+    scores = (scores - scores.max(dim=-1, keepdim=True).values) / params.temperature
     if params.top_k:
         kth = torch.topk(scores, min(params.top_k, scores.shape[-1]), dim=-1).values[:, -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))

@@ -384,3 +384,12 @@ def test_left_pad_and_positions():
 def test_invalid_sampling_params_are_user_errors(kwargs, match):
     with pytest.raises(UserError, match=match):
         SamplingParams(**kwargs)
+
+
+def test_sample_next_survives_a_vanishing_temperature():
+    """A temperature near zero behaves like greedy instead of overflowing to NaN."""
+    logits = torch.tensor([[1.0, 3.0, 2.0], [0.5, -1.0, 0.25]])
+    for params in (SamplingParams(temperature=1e-40), SamplingParams(temperature=1e-40,
+                                                                     top_p=0.5, top_k=2)):
+        picked = sample_next(logits, params, torch.Generator().manual_seed(0))
+        assert picked.tolist() == [1, 0]
