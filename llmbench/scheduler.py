@@ -23,10 +23,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -44,9 +42,9 @@ from .engine import (
     sampling_generator,
 )
 from .errors import UserError
+from .kv_batch import check_batchable, keep_rows, merge
 from .models import LoadedModel
-
-FINISH_REASONS = ("stop", "length", "cancelled", "error")
+from .scheduled_request import Outcome, Request
 
 
 class SchedulerFull(RuntimeError):
@@ -55,72 +53,6 @@ class SchedulerFull(RuntimeError):
 
 class SchedulerClosed(RuntimeError):
     """The scheduler is shutting down and takes no new requests."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The last item of a request's stream: why it ended and when (seconds since submit)."""
-
-    finish_reason: str  # one of FINISH_REASONS
-    input_tokens: int
-    output_tokens: int
-    latency_s: float
-    error: str | None = None
-
-
-class Request:
-    """A submitted request: iterate it (sync or async) for `TokenEvent`s, then one `Outcome`.
-
-    Items are delivered from the scheduler thread: into a thread-safe queue, or, when the
-    request was submitted with an event loop, into an asyncio queue on that loop.
-    """
-
-    def __init__(self, request_id: int, prompt_ids: list[int], params: SamplingParams,
-                 loop: asyncio.AbstractEventLoop | None):
-        self.id = request_id
-        self.prompt_ids = prompt_ids
-        self.params = params
-        self.submitted_at = time.perf_counter()
-        self._loop = loop
-        self._items: queue.SimpleQueue | asyncio.Queue = (
-            asyncio.Queue() if loop is not None else queue.SimpleQueue())
-        self._cancelled = threading.Event()
-        self._wake = lambda: None  # set by the scheduler
-        self.outcome: Outcome | None = None  # set (by the scheduler) just before delivery
-
-    @property
-    def is_cancelled(self) -> bool:
-        return self._cancelled.is_set()
-
-    def cancel(self) -> None:
-        """Stop generating for this request; its slot is freed at the next step boundary."""
-        self._cancelled.set()
-        self._wake()
-
-    def _put(self, item: TokenEvent | Outcome) -> None:
-        if self._loop is None:
-            self._items.put(item)
-            return
-        try:
-            self._loop.call_soon_threadsafe(self._items.put_nowait, item)
-        except RuntimeError:  # the loop has closed: nobody is listening any more
-            self.cancel()
-
-    def __iter__(self) -> Iterator[TokenEvent | Outcome]:
-        assert self._loop is None, "submitted with an event loop: use `async for`"
-        while True:
-            item = self._items.get()
-            yield item
-            if isinstance(item, Outcome):
-                return
-
-    async def __aiter__(self) -> AsyncIterator[TokenEvent | Outcome]:
-        assert self._loop is not None, "submitted without an event loop: use `for`"
-        while True:
-            item = await self._items.get()
-            yield item
-            if isinstance(item, Outcome):
-                return
 
 
 @dataclass
@@ -236,15 +168,10 @@ class Scheduler:
         pad = self.lm.pad_token_id
         first = torch.tensor([[pad, pad]], device=self.lm.device)
         _, cache = prefill(self.lm, first)
-        layers = getattr(cache, "layers", None)
-        from transformers.cache_utils import DynamicLayer
-
-        if not layers or any(type(layer) is not DynamicLayer for layer in layers):
-            raise UserError(f"{self.lm.name}: continuous batching needs a model whose KV "
-                            "cache is a plain DynamicCache (full attention in every layer)")
+        check_batchable(cache, self.lm.name)
         _, other = prefill(self.lm, first[:, :1])
-        cache, mask = _merge(cache, torch.ones((1, 2), dtype=torch.long, device=first.device),
-                             other, 1)
+        cache, mask = merge(cache, torch.ones((1, 2), dtype=torch.long, device=first.device),
+                            other, 1)
         mask = torch.cat([mask, mask.new_ones((2, 1))], dim=-1)
         decode_step(self.lm, first[:, :1].repeat(2, 1), cache, mask,
                     torch.tensor([[2], [1]], device=first.device))
@@ -336,7 +263,7 @@ class Scheduler:
         if self._cache is None:
             self._cache, self._mask = cache, mask
         else:
-            self._cache, self._mask = _merge(self._cache, self._mask, cache, ids.shape[1])
+            self._cache, self._mask = merge(self._cache, self._mask, cache, ids.shape[1])
         self._rows.append(row)
         self.stats.peak_batch_size = max(self.stats.peak_batch_size, len(self._rows))
 
@@ -380,46 +307,8 @@ class Scheduler:
         if not keep:
             self._cache, self._mask = None, None
             return
-        index = torch.tensor(keep, device=self._mask.device)
-        mask = self._mask.index_select(0, index)
-        # Columns that are padding in every remaining row carry nothing: drop them.
-        first_used = int(mask.any(dim=0).long().argmax())
-        kv = [(k.index_select(0, index)[:, :, first_used:],
-               v.index_select(0, index)[:, :, first_used:]) for k, v in _layer_kv(self._cache)]
-        self._cache, self._mask = _new_cache(kv), mask[:, first_used:]
+        self._cache, self._mask = keep_rows(self._cache, self._mask, keep)
 
 
 def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
-
-
-def _layer_kv(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(layer.keys, layer.values) for layer in cache.layers]
-
-
-def _new_cache(kv: list[tuple[torch.Tensor, torch.Tensor]]):
-    from transformers import DynamicCache
-
-    return DynamicCache(ddp_cache_data=kv)
-
-
-def _left_pad(t: torch.Tensor, amount: int, dim: int) -> torch.Tensor:
-    if amount == 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = amount
-    return torch.cat([t.new_zeros(shape), t], dim=dim)
-
-
-def _merge(cache, mask: torch.Tensor, new_cache, new_len: int):
-    """Append one sequence's cache (length `new_len`, no padding) to a batch's cache,
-    left-padding whichever is shorter; returns (cache, mask [batch + 1, seq])."""
-    length = mask.shape[1]
-    longest = max(length, new_len)
-    new_mask = torch.ones((1, new_len), dtype=mask.dtype, device=mask.device)
-    merged_mask = torch.cat([_left_pad(mask, longest - length, 1),
-                             _left_pad(new_mask, longest - new_len, 1)], dim=0)
-    kv = [(torch.cat([_left_pad(k, longest - length, 2), _left_pad(nk, longest - new_len, 2)]),
-           torch.cat([_left_pad(v, longest - length, 2), _left_pad(nv, longest - new_len, 2)]))
-          for (k, v), (nk, nv) in zip(_layer_kv(cache), _layer_kv(new_cache), strict=True)]
-    return _new_cache(kv), merged_mask

@@ -11,7 +11,8 @@ from llmbench.engine import TokenEvent, generate
 from llmbench.errors import UserError
 from llmbench.models import load_model
 from llmbench.prompts import encode, exact_length_ids
-from llmbench.scheduler import Outcome, Scheduler, SchedulerFull
+from llmbench.scheduled_request import Outcome
+from llmbench.scheduler import Scheduler, SchedulerFull
 
 
 @pytest.fixture(scope="module")
