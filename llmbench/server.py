@@ -21,36 +21,30 @@ request, which leaves the batch at the next step.
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from starlette.background import BackgroundTask
 from starlette.requests import Request as HTTPRequest
 
-from . import __version__
-from .config import SamplingParams, default_of
+from . import __version__, openai_api
 from .engine import TokenEvent
 from .errors import UserError
 from .models import LoadedModel
-from .prompts import encode, encode_chat
-from .scheduler import Outcome, Request, Scheduler, SchedulerClosed, SchedulerFull
+from .prompts import encode
+from .scheduled_request import Outcome, Request
+from .scheduler import Scheduler
+from .server_schemas import GenerateResponse, request_models
+from .serving import Generations, failure
+from .streaming import event_stream, sse
 
 log = logging.getLogger("llmbench.server")
-
-# Below this, logits / temperature overflows float32 and sampling fails; 0 means greedy.
-MIN_TEMPERATURE = 1e-5
-MAX_SEED = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -72,208 +66,6 @@ class ServerSettings:
         for name in ("max_new_tokens_cap", "max_batch_size", "max_waiting", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be at least 1, got {getattr(self, name)}")
-
-
-# -- request and response schemas ------------------------------------------------------
-
-
-def _valid_text(text: str) -> str:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("text must be valid Unicode (it contains a lone surrogate)") from None
-    return text
-
-
-def _check_temperature(value: float) -> float:
-    if 0 < value < MIN_TEMPERATURE:
-        raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}")
-    return value
-
-
-_NEUTRAL = {"stop": (None, []), "n": (None, 1), "logprobs": (None, False, 0),
-            "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
-            "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
-            "logit_bias": (None, {}), "suffix": (None, ""), "tools": (None, []),
-            "tool_choice": (None, "none"), "response_format": (None, {"type": "text"})}
-
-
-def _schemas(cap: int) -> dict[str, type[BaseModel]]:
-    """The request models for a server whose max_new_tokens cap is `cap`."""
-    d = lambda name: default_of(SamplingParams, name)  # noqa: E731
-    default_new_tokens = min(d("max_new_tokens"), cap)
-
-    class Sampling(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True)
-        temperature: float = Field(d("temperature"), ge=0, allow_inf_nan=False,
-                                   description="0 is greedy")
-        top_k: int = Field(d("top_k"), ge=0, description="0 is off")
-        top_p: float = Field(d("top_p"), gt=0, le=1, allow_inf_nan=False,
-                             description="1 is off")
-        seed: int | None = Field(d("seed"), ge=0, le=MAX_SEED)
-        ignore_eos: bool = Field(d("ignore_eos"),
-                                 description="generate exactly the requested tokens")
-
-        @field_validator("temperature")
-        @classmethod
-        def check_temperature(cls, value: float) -> float:
-            return _check_temperature(value)
-
-        def params(self, max_new_tokens: int | None) -> SamplingParams:
-            return SamplingParams(
-                max_new_tokens=default_new_tokens if max_new_tokens is None else max_new_tokens,
-                temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                seed=self.seed, ignore_eos=self.ignore_eos)
-
-    class GenerateRequest(Sampling):
-        prompt: str = Field(min_length=1)
-        max_new_tokens: int = Field(default_new_tokens, ge=1, le=cap)
-        chat: bool = Field(True, description="format the prompt with the chat template")
-
-        @field_validator("prompt")
-        @classmethod
-        def check_prompt(cls, value: str) -> str:
-            return _valid_text(value)
-
-    class StreamOptions(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True)
-        include_usage: bool = False
-
-    class OpenAIRequest(Sampling):
-        model: str | None = None
-        max_tokens: int | None = Field(None, ge=1, le=cap)
-        stream: bool = False
-        stream_options: StreamOptions | None = None
-        user: str | None = None
-        stop: Any = None
-        n: Any = None
-        logprobs: Any = None
-        top_logprobs: Any = None
-        presence_penalty: Any = None
-        frequency_penalty: Any = None
-        logit_bias: Any = None
-
-        @model_validator(mode="before")
-        @classmethod
-        def null_means_default(cls, data: Any) -> Any:
-            # OpenAI clients may send `"temperature": null` for "not set".
-            return {k: v for k, v in data.items() if v is not None} if isinstance(
-                data, dict) else data
-
-        @field_validator(*_NEUTRAL, mode="before", check_fields=False)
-        @classmethod
-        def check_unsupported(cls, value: Any, info) -> Any:
-            if value not in _NEUTRAL[info.field_name]:
-                raise ValueError("not supported by llmbench serve: omit it")
-            return value
-
-    class CompletionRequest(OpenAIRequest):
-        prompt: str | list[str] = Field(description="a string, or a list of exactly one")
-        echo: Any = None
-        best_of: Any = None
-        suffix: Any = None
-
-        @field_validator("prompt")
-        @classmethod
-        def check_prompt(cls, value: str | list[str]) -> str:
-            if isinstance(value, list):
-                if len(value) != 1:
-                    raise ValueError("pass one prompt (batching happens across requests)")
-                value = value[0]
-            return _valid_text(value)
-
-    class Message(BaseModel):
-        model_config = ConfigDict(extra="ignore", strict=True)
-        role: Literal["system", "developer", "user", "assistant"]
-        content: str | list[dict[str, Any]]
-
-        @field_validator("content")
-        @classmethod
-        def check_content(cls, value: str | list[dict[str, Any]]) -> str:
-            if isinstance(value, list):
-                if any(part.get("type") != "text" or not isinstance(part.get("text"), str)
-                       for part in value):
-                    raise ValueError("only text content parts are supported")
-                value = "".join(part["text"] for part in value)
-            return _valid_text(value)
-
-    class ChatRequest(OpenAIRequest):
-        messages: list[Message] = Field(min_length=1)
-        max_completion_tokens: int | None = Field(None, ge=1, le=cap)
-        tools: Any = None
-        tool_choice: Any = None
-        response_format: Any = None
-
-    return {"generate": GenerateRequest, "completion": CompletionRequest,
-            "chat": ChatRequest}
-
-
-class GenerateResponse(BaseModel):
-    text: str
-    token_ids: list[int]
-    input_tokens: int
-    output_tokens: int
-    ttft_ms: float
-    latency_ms: float
-    tokens_per_second: float
-    finish_reason: str
-
-
-# -- text deltas and SSE ---------------------------------------------------------------
-
-
-class IncrementalDetokenizer:
-    """Text deltas for a growing token sequence.
-
-    Each push decodes a short window twice, the tokens already shown plus the new ones and
-    the same window without them, and emits the difference; while the new tokens end in an
-    incomplete UTF-8 sequence (a U+FFFD at the end) nothing is emitted and they are held
-    back. `flush` emits whatever the whole decode has beyond the deltas sent.
-    """
-
-    def __init__(self, tokenizer):
-        self._tokenizer = tokenizer
-        self._ids: list[int] = []
-        self._prefix = 0  # start of the context window
-        self._read = 0  # end of what has been emitted
-        self.text = ""
-
-    def _decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=True)
-
-    def push(self, token_id: int) -> str:
-        self._ids.append(token_id)
-        before = self._decode(self._ids[self._prefix:self._read])
-        after = self._decode(self._ids[self._prefix:])
-        if len(after) <= len(before) or after.endswith("\ufffd"):
-            return ""
-        delta = after[len(before):]
-        self._prefix, self._read = self._read, len(self._ids)
-        self.text += delta
-        return delta
-
-    def flush(self) -> str:
-        full = self._decode(self._ids)
-        delta = full[len(self.text):] if full.startswith(self.text) else ""
-        self.text += delta
-        return delta
-
-
-def sse(data: dict | str, event: str | None = None) -> str:
-    """One Server-Sent Event frame."""
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-    return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"
-
-
-def _event_stream(frames: AsyncIterator[str], request: Request) -> StreamingResponse:
-    # The background task cancels the request even when the client leaves before the
-    # first frame, when the frame generator never starts and so never cleans up.
-    return StreamingResponse(frames, media_type="text/event-stream",
-                             background=BackgroundTask(request.cancel))
-
-
-def _invalid(loc: list, msg: str) -> RequestValidationError:
-    return RequestValidationError([{"loc": loc, "msg": msg, "type": "value_error"}])
 
 
 # -- the app ---------------------------------------------------------------------------
@@ -316,9 +108,9 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
     """The app for `lm`; its scheduler (`app.state.scheduler`) starts on the first request
     or at startup, and stops at shutdown."""
     scheduler = Scheduler(lm, settings.max_batch_size, settings.max_waiting)
-    schemas = _schemas(settings.max_new_tokens_cap)
-    GenerateRequest, CompletionRequest, ChatRequest = (  # noqa: N806 - classes
-        schemas["generate"], schemas["completion"], schemas["chat"])
+    generations = Generations(lm, scheduler)
+    schemas = request_models(settings.max_new_tokens_cap)
+    GenerateRequest = schemas["generate"]  # noqa: N806 - a class
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -349,34 +141,6 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
         return JSONResponse({"detail": f"internal error ({type(exc).__name__}); see the server "
                                        "log"}, status_code=500)
 
-    def submit(prompt_ids: list[int], params: SamplingParams, prompt_loc: list) -> Request:
-        try:
-            return scheduler.submit(prompt_ids, params, loop=asyncio.get_running_loop())
-        except UserError as exc:
-            raise _invalid(prompt_loc, str(exc)) from None
-        except (SchedulerFull, SchedulerClosed) as exc:
-            raise HTTPException(503, f"server busy: {exc}; retry later",
-                                headers={"Retry-After": "1"}) from None
-
-    async def run(http: HTTPRequest, request: Request
-                  ) -> AsyncIterator[tuple[TokenEvent | Outcome, str]]:
-        """(item, text delta) per token, then (outcome, final delta). Leaving early, or the
-        client disconnecting, cancels the request."""
-        async def watch():
-            while not await http.is_disconnected():
-                await asyncio.sleep(0.2)
-            request.cancel()
-
-        watcher = asyncio.create_task(watch())
-        text = IncrementalDetokenizer(lm.tokenizer)
-        try:
-            async for item in request:
-                yield item, (text.push(item.token_id) if isinstance(item, TokenEvent)
-                             else text.flush())
-        finally:
-            watcher.cancel()
-            request.cancel()
-
     def metrics(request: Request, outcome: Outcome, first: TokenEvent | None,
                 received: float) -> dict:
         offset = request.submitted_at - received  # report times from the request's arrival
@@ -386,10 +150,6 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
                 "latency_ms": 1e3 * latency,
                 "tokens_per_second": outcome.output_tokens / latency if latency > 0 else 0.0,
                 "finish_reason": outcome.finish_reason}
-
-    def failure(outcome: Outcome) -> HTTPException:
-        return HTTPException(503 if outcome.finish_reason == "cancelled" else 500,
-                             outcome.error or "the server is shutting down")
 
     @app.get("/health")
     async def health() -> dict:
@@ -404,10 +164,10 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
         """Generate and answer once with the text and timings."""
         received = time.perf_counter()
         ids = encode(lm.tokenizer, body.prompt, chat=body.chat and lm.is_chat)
-        request = submit(ids, body.params(body.max_new_tokens), ["body", "prompt"])
+        request = generations.submit(ids, body.params(body.max_new_tokens), ["body", "prompt"])
         tokens: list[TokenEvent] = []
         text = ""
-        async for item, delta in run(http, request):
+        async for item, delta in generations.run(http, request):
             text += delta
             if isinstance(item, TokenEvent):
                 tokens.append(item)
@@ -424,11 +184,11 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
         `done` with the metrics and any final text, or `error`."""
         received = time.perf_counter()
         ids = encode(lm.tokenizer, body.prompt, chat=body.chat and lm.is_chat)
-        request = submit(ids, body.params(body.max_new_tokens), ["body", "prompt"])
+        request = generations.submit(ids, body.params(body.max_new_tokens), ["body", "prompt"])
 
         async def events() -> AsyncIterator[str]:
             first = None
-            async for item, delta in run(http, request):
+            async for item, delta in generations.run(http, request):
                 if isinstance(item, TokenEvent):
                     first = first or item
                     elapsed = item.time_s + request.submitted_at - received
@@ -439,93 +199,9 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
                 else:
                     yield sse({"text": delta, **metrics(request, item, first, received)}, "done")
 
-        return _event_stream(events(), request)
+        return event_stream(events(), request)
 
-    async def openai(http: HTTPRequest, body, ids: list[int], max_tokens: int | None,
-                     kind: str):
-        request = submit(ids, body.params(max_tokens), ["body", "prompt" if kind == "text"
-                                                        else "messages"])
-        head = {"id": f"{'cmpl' if kind == 'text' else 'chatcmpl'}-{uuid.uuid4().hex}",
-                "object": "text_completion" if kind == "text" else "chat.completion",
-                "created": int(time.time()), "model": lm.name}
-
-        def usage(outcome: Outcome) -> dict:
-            return {"prompt_tokens": outcome.input_tokens,
-                    "completion_tokens": outcome.output_tokens,
-                    "total_tokens": outcome.input_tokens + outcome.output_tokens}
-
-        def choice(text: str | None, finish: str | None, stream: bool) -> dict:
-            if kind == "text":
-                return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-            if stream:
-                delta = {} if text is None else {"content": text}
-                return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {"index": 0, "message": {"role": "assistant", "content": text},
-                    "logprobs": None, "finish_reason": finish}
-
-        if not body.stream:
-            text = ""
-            async for _, delta in run(http, request):
-                text += delta
-            outcome = request.outcome
-            if outcome.finish_reason in ("cancelled", "error"):
-                raise failure(outcome)
-            return {**head, "choices": [choice(text, outcome.finish_reason, False)],
-                    "usage": usage(outcome)}
-
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        chunk_head = {**head, "object": head["object"] + ("" if kind == "text" else ".chunk")}
-        extra = {"usage": None} if include_usage else {}
-
-        async def chunks() -> AsyncIterator[str]:
-            if kind == "chat":
-                yield sse({**chunk_head, "choices": [{"index": 0, "delta": {
-                    "role": "assistant", "content": ""}, "logprobs": None,
-                    "finish_reason": None}], **extra})
-            async for item, delta in run(http, request):
-                if isinstance(item, TokenEvent):
-                    if delta:
-                        yield sse({**chunk_head, "choices": [choice(delta, None, True)], **extra})
-                    continue
-                if item.finish_reason in ("cancelled", "error"):
-                    yield sse({"error": {"message": item.error or "cancelled",
-                                         "type": "server_error"}})
-                    break
-                yield sse({**chunk_head, "choices": [choice(delta or None, item.finish_reason,
-                                                            True)], **extra})
-                if include_usage:
-                    yield sse({**chunk_head, "choices": [], "usage": usage(item)})
-            yield sse("[DONE]")
-
-        return _event_stream(chunks(), request)
-
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, http: HTTPRequest):
-        """OpenAI-compatible text completion (the prompt is used as raw text)."""
-        ids = encode(lm.tokenizer, body.prompt, chat=False)
-        return await openai(http, body, ids, body.max_tokens, "text")
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatRequest, http: HTTPRequest):
-        """OpenAI-compatible chat completion through the model's chat template."""
-        if body.max_tokens and body.max_completion_tokens and \
-                body.max_tokens != body.max_completion_tokens:
-            raise _invalid(["body", "max_completion_tokens"],
-                           "differs from max_tokens: pass one of them")
-        messages = [{"role": m.role, "content": m.content} for m in body.messages]
-        try:
-            ids = encode_chat(lm.tokenizer, messages)
-        except UserError as exc:
-            raise _invalid(["body", "messages"], str(exc)) from None
-        return await openai(http, body, ids, body.max_completion_tokens or body.max_tokens,
-                            "chat")
-
-    @app.get("/v1/models")
-    async def models() -> dict:
-        """The one model served, in OpenAI's list format."""
-        return {"object": "list", "data": [{"id": lm.name, "object": "model", "created": 0,
-                                            "owned_by": "llmbench"}]}
-
+    openai_api.register(app, generations, schemas)
     return app
 
 

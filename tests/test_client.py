@@ -21,7 +21,8 @@ from llmbench.client import (
 from llmbench.config import EngineConfig, SamplingParams
 from llmbench.errors import UserError
 from llmbench.models import load_model
-from llmbench.server import IncrementalDetokenizer, ServerSettings, create_app, running_server
+from llmbench.server import ServerSettings, create_app, running_server
+from llmbench.streaming import IncrementalDetokenizer
 
 
 def words(text: str) -> int:

@@ -18,7 +18,8 @@ from llmbench.errors import UserError
 from llmbench.models import load_model
 from llmbench.prompts import encode
 from llmbench.scheduler import SchedulerFull
-from llmbench.server import IncrementalDetokenizer, ServerSettings, create_app, running_server
+from llmbench.server import ServerSettings, create_app, running_server
+from llmbench.streaming import IncrementalDetokenizer
 
 CAP = 8  # max_new_tokens cap of the in-process app: keeps valid fuzz requests short
 BODY_LIMIT = 100_000
