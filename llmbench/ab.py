@@ -115,9 +115,16 @@ def check_pytest_args(pytest_args: Sequence[str]) -> None:
                           f"pytest arguments{hint}")
 
 
+def child_env() -> dict[str, str]:
+    """This environment, minus what would make a child pytest think it is an xdist worker
+    (pytest-benchmark then turns itself off): e.g. when started from the gate's own tests."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("PYTEST_XDIST_") and k != "PYTEST_CURRENT_TEST"}
+
+
 def side_env(side: Side) -> dict[str, str]:
     """The environment a side's pytest runs in: its checkout first on the import path."""
-    env = dict(os.environ)
+    env = child_env()
     env["PYTHONPATH"] = os.pathsep.join(
         [str(side.root), *filter(None, [os.environ.get("PYTHONPATH")])])
     return env

@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
+from llmbench.ab import child_env
+
 REPO = Path(__file__).resolve().parents[1]
 
 ENVIRONMENT = {
@@ -116,7 +118,7 @@ def suite_copy(dest: Path) -> Path:
 
 
 def run_pytest(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=child_env(),
                           capture_output=True, text=True, timeout=timeout)
 
 
