@@ -79,4 +79,5 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json: dict) -> None:
+    """Mark the saved run, so a run with an injected slowdown is never taken for a real one."""
     output_json["llmbench_injected"] = {"slow_down": dict(config.getoption("slow_down"))}
