@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import platform
 import re
@@ -168,6 +169,9 @@ def run_from_json(data, source: str) -> Run:
             values = tuple(float(x) for x in samples)
         except (TypeError, ValueError):
             raise RunError(f"{source}: {key!r} has non-numeric samples") from None
+        if not all(math.isfinite(x) and x > 0 for x in values):
+            raise RunError(f"{source}: {key!r} has samples that are not positive finite "
+                           "seconds; the file is damaged")
         benchmarks[key] = Benchmark(key=key, name=entry.get("name") or key,
                                     group=entry.get("group"), samples=values,
                                     extra_info=dict(entry.get("extra_info") or {}))
@@ -190,7 +194,10 @@ def load_run(path: str | os.PathLike) -> Run:
     if p.is_dir():
         newest = latest_run(p)
         if newest is None:
-            raise RunError(f"{p} holds no numbered runs (NNNN_*.json)")
+            folders = sorted(d.name for d in p.iterdir() if d.is_dir() and list_runs(d))
+            hint = (f": pass one of its environment folders ({', '.join(folders)})"
+                    if folders else "")
+            raise RunError(f"{p} holds no numbered runs (NNNN_*.json){hint}")
         p = newest
     try:
         text = p.read_text(encoding="utf-8")

@@ -84,6 +84,20 @@ def test_a_run_without_raw_samples_names_the_flag_that_saves_them(tmp_path):
     assert "--baseline-dir" in str(exc.value)
 
 
+def test_a_baselines_root_names_its_environment_folders(tmp_path):
+    write_run(tmp_path / "tiny-cpu-float32" / "0001_x.json", make_run(1))
+    with pytest.raises(RunError, match=r"no numbered runs .*folders \(tiny-cpu-float32\)"):
+        baselines.load_run(tmp_path)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), "fast"])
+def test_damaged_samples_are_refused(tmp_path, bad):
+    run = make_run(1)
+    run["benchmarks"][0]["stats"]["data"][3] = bad
+    with pytest.raises(RunError, match="test_prefill"):
+        baselines.load_run(write_run(tmp_path / "run.json", run))
+
+
 def test_a_run_with_one_benchmark_twice_is_refused(tmp_path):
     run = make_run(1)
     run["benchmarks"].append(copy.deepcopy(run["benchmarks"][0]))
