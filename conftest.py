@@ -17,14 +17,13 @@ from llmbench.config import DEFAULT_MODEL, EngineConfig
 from llmbench.device import DEVICES, DTYPES, resolve_device, resolve_dtype
 from llmbench.errors import UserError
 from llmbench.profiles import DEFAULT_PROFILE, PROFILES, SWEEP_ARGNAMES
-from llmbench.settings import BenchSettings
+from llmbench.settings import SETTINGS_KEY, BenchSettings
 
 pytest_plugins = [
     "fixtures.model", "fixtures.timing", "fixtures.session_record", "fixtures.server",
     "fixtures.gate",
 ]
 
-SETTINGS_KEY = pytest.StashKey[BenchSettings]()
 SERVER_APIS = ("native", "openai")
 
 

@@ -108,8 +108,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .models import load_model
     from .runner import run_generation
 
+    params = sampling_params(args)  # validate the request before the slow model load
     lm = load_model(engine_config(args))
-    result = run_generation(lm, args.prompt, sampling_params(args), engine=args.engine,
+    result = run_generation(lm, args.prompt, params, engine=args.engine,
                             use_cache=not args.no_cache, chat=not args.no_chat)
     if args.json:
         record = {**result.to_dict(), "model": lm.fingerprint, "device": str(lm.device)}

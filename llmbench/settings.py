@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
+
 from .config import EngineConfig
 from .profiles import Profile
 
@@ -27,3 +29,7 @@ class BenchSettings:
     def __post_init__(self) -> None:
         assert self.rounds >= 1 and self.warmup_rounds >= 0
         assert self.server_api in ("native", "openai")
+
+
+# Where pytest_configure leaves the validated settings for fixtures and hooks to read.
+SETTINGS_KEY = pytest.StashKey[BenchSettings]()

@@ -14,20 +14,6 @@ from llmbench.config import EngineConfig
 from llmbench.models import LoadedModel, load_model
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config: pytest.Config) -> None:
-    """Keep the root conftest's `SETTINGS_KEY` importable as `from conftest import ...`.
-
-    fixtures/model.py and fixtures/session_record.py import it by the module name
-    `conftest`, and conftest.py files outside packages share that name: once this file is
-    loaded, `conftest` means this module. Re-exporting the root's key (the same object)
-    keeps those imports working when `pytest tests/` loads both files.
-    """
-    root = config.pluginmanager.get_plugin(str(config.rootpath / "conftest.py"))
-    if root is not None and hasattr(root, "SETTINGS_KEY"):
-        globals()["SETTINGS_KEY"] = root.SETTINGS_KEY
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _one_torch_thread():
     before = torch.get_num_threads()
