@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from llmbench import gate, plots, report
+from llmbench import gate, plots, report, report_run
 from llmbench.cli import main
 from llmbench.errors import EXIT_USAGE
 
@@ -307,7 +307,7 @@ def test_output_path_that_is_a_file_exits_2(tmp_path, capsys):
 
 def test_metric_reads_numbers_summaries_and_flat_keys():
     def bench(extra):
-        return report.Bench("k", "b", "g", {}, extra, 1.0, 1.0, 1.0, 0.0, 1)
+        return report_run.Bench("k", "b", "g", {}, extra, 1.0, 1.0, 1.0, 0.0, 1)
 
     assert bench({"ttft_ms": 5}).metric("ttft_ms") == (5.0, 5.0, 5.0)
     assert bench({"itl_ms": {"p50": 4, "p99": 9, "min": 2}}).metric("itl_ms") == (4.0, 2.0, 9.0)
