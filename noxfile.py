@@ -17,8 +17,10 @@ import os
 import platform
 import shutil
 import subprocess
+from pathlib import Path
 
 import nox
+from nox.command import CommandFailed
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -29,6 +31,7 @@ TRANSFORMERS = os.environ.get("LLMBENCH_TRANSFORMERS", "5.24.0")
 # Where to get torch builds from, e.g. a CPU-only wheel index; unset means pip's default
 # (on Linux, PyPI's torch is a multi-GB CUDA build).
 TORCH_INDEX = os.environ.get("LLMBENCH_TORCH_INDEX")
+BASELINES = "baselines"
 
 
 def _device_absent(device: str) -> str | None:
@@ -74,12 +77,39 @@ def tests(session: nox.Session) -> None:
                 "-q")
 
 
+def _newest_run() -> Path | None:
+    runs = sorted(Path(BASELINES).glob("*/*.json"), key=lambda p: p.stat().st_mtime)
+    return runs[-1] if runs else None
+
+
+def _write_report(session: nox.Session, run: Path) -> None:
+    """report.md and plots for `run`, against the run saved before it in its folder."""
+    earlier = sorted(p for p in run.parent.glob("*.json") if p.name < run.name)
+    args = [str(run), "-o", str(Path("reports") / run.parent.name / run.stem)]
+    if earlier:
+        args += ["--baseline", str(earlier[-1])]
+    session.run("llmbench", "report", *args)
+
+
 def _bench(session: nox.Session, device: str) -> None:
+    """Run the suite on `device`, save it, judge it against the latest run of the same
+    environment, and write the report; fails (after the report) on a regression."""
     reason = _device_absent(device)
     if reason:
         session.skip(f"{device} is not available: {reason}")
     install(session)
-    session.run("pytest", "--benchmark-only", "--device", device, *session.posargs)
+    before = _newest_run()
+    failure = None
+    try:
+        session.run("pytest", "--benchmark-only", "--device", device,
+                    "--compare-to=latest", *session.posargs)
+    except CommandFailed as exc:
+        failure = exc  # still report what was measured
+    run = _newest_run()
+    if run is not None and run != before:
+        _write_report(session, run)
+    if failure is not None:
+        session.error(f"the benchmark run failed or regressed: {failure.reason}")
 
 
 @nox.session
