@@ -192,7 +192,7 @@ def run_blocks(baseline: Side, candidate: Side, *, blocks: int, rounds: int,
             if side.commit and recorded and recorded != side.commit:
                 raise ABError(f"{name} run {run.source} records commit {recorded[:8]}, not "
                               f"{side.commit[:8]}: it did not run the checked-out code")
-        label = (f"{name} {side.root}" + (f" @ {side.commit[:8]}" if side.commit else "")
+        label = (f"{side.root}" + (f" @ {side.commit[:8]}" if side.commit else "")
                  + f" ({blocks} blocks x {rounds} rounds)")
         pooled.append(baselines.pool_runs(runs, source=label))
     return pooled[0], pooled[1]
