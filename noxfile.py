@@ -71,8 +71,9 @@ def tests(session: nox.Session) -> None:
     install(session)
     session.run("pytest", "-n", "auto", "tests", *session.posargs)
     runs = session.create_tmp()
+    # `--opt=PATH`, not `--opt PATH`: pytest reads a bare existing path as a test path.
     session.run("pytest", "benchmarks", "--benchmark-only", "--model", "tiny",
-                "--baseline-dir", os.path.join(runs, "baselines"))
+                f"--baseline-dir={os.path.join(runs, 'baselines')}")
     session.run("pytest", "-n", "auto", "benchmarks", "--benchmark-disable", "--model", "tiny",
                 "-q")
 
