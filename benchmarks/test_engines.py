@@ -8,7 +8,6 @@ from llmbench.batching import generate_static_batch
 from llmbench.config import SamplingParams
 from llmbench.engine import generate
 from llmbench.hf import hf_generate, hf_generate_batch
-from llmbench.profiles import SWEEP_OUTPUT_TOKENS, SWEEP_PROMPT_TOKENS
 
 RUNNERS = {
     ("loop", False): lambda lm, prompts, params: generate(lm, prompts[0], params),
@@ -18,19 +17,36 @@ RUNNERS = {
 }
 
 
+@pytest.fixture(scope="module")
+def engine_work(model, prompt_ids, bench_settings):
+    """`engine_work(batch)`: (prompts, params, the loop's greedy tokens), computed once per
+    batch size and shared by both engines' cases."""
+    profile = bench_settings.profile
+    params = SamplingParams(max_new_tokens=profile.engine_new_tokens, ignore_eos=True)
+    cases = {}
+
+    def get(batch: int):
+        if batch not in cases:
+            prompts = [prompt_ids(profile.engine_prompt_tokens, offset=i * 37)
+                       for i in range(batch)]
+            reference = [r.token_ids for r in generate_static_batch(model, prompts, params)]
+            cases[batch] = (prompts, params, reference)
+        return cases[batch]
+
+    return get
+
+
 @pytest.mark.benchmark(group="engines")
 @pytest.mark.parametrize("engine", ["loop", "hf"])
-def test_engine(measure, model, prompt_ids, engine, engine_batch):
-    prompts = [prompt_ids(SWEEP_PROMPT_TOKENS, offset=i * 37) for i in range(engine_batch)]
-    params = SamplingParams(max_new_tokens=SWEEP_OUTPUT_TOKENS, ignore_eos=True)
+def test_engine(measure, model, engine_work, engine, engine_batch):
+    prompts, params, reference = engine_work(engine_batch)
     is_batch = engine_batch > 1
     run = RUNNERS[(engine, is_batch)]
-    reference = [r.token_ids for r in generate_static_batch(model, prompts, params)]
 
     def same_tokens(output):
         results = output if is_batch else [output]
         assert [r.token_ids for r in results] == reference, f"{engine} disagrees with loop"
 
     measure(lambda: run(model, prompts, params), check=same_tokens,
-            expect=Work(engine_batch * SWEEP_PROMPT_TOKENS, engine_batch * SWEEP_OUTPUT_TOKENS),
+            expect=Work(sum(map(len, prompts)), engine_batch * params.max_new_tokens),
             engine=engine, batch_size=engine_batch)

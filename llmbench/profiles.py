@@ -33,6 +33,8 @@ class Profile:
     batch_new_tokens: int
     sequential_batch: int
     engine_batch_sizes: tuple[int, ...]
+    engine_prompt_tokens: int
+    engine_new_tokens: int
     concurrency: tuple[int, ...]
     server_output_lengths: tuple[int, ...]
     server_new_tokens: int
@@ -66,8 +68,9 @@ PROFILES = {
         chat_passage_tokens=256, kv_prompt_tokens=64, kv_new_tokens=16,
         prefill_lengths=(32, 128, 512), decode_contexts=(16, 128), decode_steps=10,
         batch_sizes=(1, 2, 4, 8), batch_prompt_tokens=64, batch_new_tokens=16,
-        sequential_batch=4, engine_batch_sizes=(1, 8),
-        concurrency=(1, 4, 8), server_output_lengths=(16, 64), server_new_tokens=32,
+        sequential_batch=4, engine_batch_sizes=(1, 8), engine_prompt_tokens=64,
+        engine_new_tokens=16, concurrency=(1, 4, 8), server_output_lengths=(32,),
+        server_new_tokens=32,
     ),
     "full": Profile(
         name="full", rounds=15, warmup_rounds=2,
@@ -76,7 +79,8 @@ PROFILES = {
         prefill_lengths=(32, 128, 512, 1024, 2048), decode_contexts=(16, 128, 512, 1024),
         decode_steps=10, batch_sizes=(1, 2, 4, 8, 16, 32), batch_prompt_tokens=128,
         batch_new_tokens=32, sequential_batch=8, engine_batch_sizes=(1, 8),
-        concurrency=(1, 4, 8, 16), server_output_lengths=(16, 64, 256), server_new_tokens=32,
+        engine_prompt_tokens=128, engine_new_tokens=32, concurrency=(1, 4, 8, 16),
+        server_output_lengths=(16, 64, 256), server_new_tokens=32,
     ),
 }
 DEFAULT_PROFILE = "quick"
