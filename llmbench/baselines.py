@@ -199,19 +199,23 @@ def load_run(path: str | os.PathLike) -> Run:
                     if folders else "")
             raise RunError(f"{p} holds no numbered runs (NNNN_*.json){hint}")
         p = newest
+    return run_from_json(read_json(p), str(p))
+
+
+def read_json(path: Path):
+    """A saved run's parsed JSON; a missing, unreadable or damaged file is one RunError."""
     try:
-        text = p.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise RunError(f"no such run file: {p}") from None
+        raise RunError(f"no such run file: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise RunError(f"cannot read {p}: {exc}") from None
+        raise RunError(f"cannot read {path}: {exc}") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         what = "truncated" if exc.pos >= len(text.rstrip()) else "invalid"
-        raise RunError(f"{p} is {what} JSON ({exc.msg} at line {exc.lineno}, column "
+        raise RunError(f"{path} is {what} JSON ({exc.msg} at line {exc.lineno}, column "
                        f"{exc.colno}): re-run the benchmarks to replace it") from None
-    return run_from_json(data, str(p))
 
 
 def run_number(path: Path) -> int | None:

@@ -4,7 +4,6 @@ every problem a one-line UserError."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -12,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .baselines import read_json
 from .errors import UserError
 
 # Groups in the order the report shows them; any other group follows, alphabetically.
@@ -163,17 +163,7 @@ def _bench_from(raw, where: str) -> Bench:
 def load_run(path: str | os.PathLike) -> Run:
     """Read a saved pytest-benchmark run; every problem is one UserError line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"no such run file: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
-                        f"{exc.colno}); is it truncated?") from None
+    payload = read_json(path)
     if not isinstance(payload, Mapping) or not isinstance(payload.get("benchmarks"), list):
         raise UserError(f"{path} is not a pytest-benchmark run: no 'benchmarks' list")
     if not payload["benchmarks"]:

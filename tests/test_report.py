@@ -233,7 +233,7 @@ def _one_line_exit_2(code, out, err):
 
 @pytest.mark.parametrize("content, message", [
     (None, "no such run file"),
-    ('{"benchmarks": [', "is not valid JSON"),
+    ('{"benchmarks": [', "is truncated JSON"),
     ("[1, 2]", "not a pytest-benchmark run"),
     ('{"benchmarks": []}', "holds no benchmarks"),
     ('{"benchmarks": [{"name": "x", "stats": {"min": 1}}]}', "lacks stats"),
@@ -252,7 +252,7 @@ def test_bad_baseline_exits_2(tmp_path, capsys):
     (tmp_path / "base.json").write_text("{")
     err = _one_line_exit_2(*_run(capsys, run, "--baseline", tmp_path / "base.json",
                                  "-o", tmp_path / "r"))
-    assert "base.json is not valid JSON" in err
+    assert "base.json is truncated JSON" in err
 
 
 def test_baseline_without_common_benchmarks_or_samples_exits_2(tmp_path, capsys):
