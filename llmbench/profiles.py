@@ -63,12 +63,14 @@ SWEEP_ARGNAMES = ("output_case", "input_case", "prefill_tokens", "decode_context
 
 PROFILES = {
     "quick": Profile(
-        name="quick", rounds=10, warmup_rounds=1,
+        # No per-case warm-up: the session fixture has already run every code path (and
+        # the server warms its scheduler), and a warm-up round would cost ~50 s of budget.
+        name="quick", rounds=10, warmup_rounds=0,
         output_lengths=(8, 16, 32, 64), input_lengths=(64, 128, 256, 512),
         chat_passage_tokens=256, kv_prompt_tokens=64, kv_new_tokens=16,
         prefill_lengths=(32, 128, 512), decode_contexts=(16, 128), decode_steps=10,
         batch_sizes=(1, 2, 4, 8), batch_prompt_tokens=64, batch_new_tokens=16,
-        sequential_batch=4, engine_batch_sizes=(1, 8), engine_prompt_tokens=64,
+        sequential_batch=3, engine_batch_sizes=(1, 8), engine_prompt_tokens=64,
         engine_new_tokens=16, concurrency=(1, 4, 8), server_output_lengths=(32,),
         server_new_tokens=32,
     ),
