@@ -42,24 +42,27 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-def non_negative_float(text: str) -> float:
+def _float_in(text: str, expected: str, is_valid, bound: str) -> float:
+    """Parse a float flag: `expected` names it when unparsable, `bound` when out of range."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not is_valid(value):
+        raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
     return value
+
+
+def non_negative_float(text: str) -> float:
+    return _float_in(text, "a number", lambda v: v >= 0, ">= 0")
+
+
+def positive_seconds(text: str) -> float:
+    return _float_in(text, "seconds", lambda v: v > 0, "> 0")
 
 
 def probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
+    return _float_in(text, "a number in (0, 1]", lambda v: 0.0 < v <= 1.0, "in (0, 1]")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,19 +28,9 @@ def _concurrency_list(text: str) -> list[int]:
     return levels
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def register(subparsers) -> None:
     """Add `serve` and `load` to the `llmbench` subcommands."""
-    from .cli import add_engine_arguments, add_sampling_arguments, positive_int
+    from .cli import add_engine_arguments, add_sampling_arguments, positive_int, positive_seconds
     from .client import APIS, LoadConfig
     from .server import ServerSettings
 
@@ -78,9 +68,9 @@ def register(subparsers) -> None:
     add_sampling_arguments(load)
     load.add_argument("--no-chat", action="store_true",
                       help="raw prompts: no chat template (native), /v1/completions (openai)")
-    load.add_argument("--timeout", type=_seconds, default=c("timeout_s"), metavar="S",
+    load.add_argument("--timeout", type=positive_seconds, default=c("timeout_s"), metavar="S",
                       help="per-request timeout in seconds. Default: %(default)r")
-    load.add_argument("--duration", type=_seconds, default=c("duration_s"), metavar="S",
+    load.add_argument("--duration", type=positive_seconds, default=c("duration_s"), metavar="S",
                       help="cap on each level's wall time; requests still running are cut "
                            "off and counted as errors. Default: no cap")
     load.add_argument("--output", type=Path, default=None, metavar="FILE",

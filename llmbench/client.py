@@ -284,9 +284,13 @@ async def stream_request(client: httpx.AsyncClient, config: LoadConfig, prompt: 
 def generate_once(url: str, prompt: str, params: SamplingParams, chat: bool = True,
                   timeout_s: float = default_of(LoadConfig, "timeout_s")) -> dict:
     """One blocking `POST /generate` on a native server; the response JSON."""
-    config = LoadConfig(url=url, chat=chat, timeout_s=timeout_s)
+    return _post_once(LoadConfig(url=url, chat=chat, timeout_s=timeout_s), prompt, params)
+
+
+def _post_once(config: LoadConfig, prompt: str, params: SamplingParams) -> dict:
+    """One blocking, non-streamed request in `config.api`'s protocol; the reply JSON."""
     path, body = request_body(config, prompt, params, stream=False)
-    response = httpx.post(url.rstrip("/") + path, json=body, timeout=timeout_s)
+    response = httpx.post(config.url.rstrip("/") + path, json=body, timeout=config.timeout_s)
     if response.status_code != 200:
         raise ServerError(f"HTTP {response.status_code}: {response.text[:300]}")
     return response.json()
@@ -295,11 +299,7 @@ def generate_once(url: str, prompt: str, params: SamplingParams, chat: bool = Tr
 def complete_once(config: LoadConfig, prompt: str, params: SamplingParams) -> dict:
     """One blocking, non-streamed request in `config.api`'s protocol; returns
     {"text", "input_tokens", "output_tokens"} as the server reported them."""
-    path, body = request_body(config, prompt, params, stream=False)
-    response = httpx.post(config.url.rstrip("/") + path, json=body, timeout=config.timeout_s)
-    if response.status_code != 200:
-        raise ServerError(f"HTTP {response.status_code}: {response.text[:300]}")
-    reply = response.json()
+    reply = _post_once(config, prompt, params)
     if config.api == "native":
         return {"text": reply["text"], "input_tokens": reply["input_tokens"],
                 "output_tokens": reply["output_tokens"]}
