@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -197,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                                                         stored_args + inject))
                     outcomes += judge("slow", base, slow, options, args.target_group,
                                       ("stored", "stored+normalize"))
+                    save(out, outcomes, args)
             for i in range(1, args.ab_trials + 1):
                 for kind, extra in (("aa", ()), ("slow", tuple(inject))):
                     print(f"A/B: trial {i}/{args.ab_trials} ({kind})", flush=True)
@@ -206,17 +208,34 @@ def main(argv: list[str] | None = None) -> int:
                         blocks=args.blocks, rounds=args.ab_rounds, pytest_args=common,
                         workdir=out / f"ab-{kind}-{i:02d}", log=sys.stdout)
                     outcomes += judge(kind, base, cand, options, args.target_group, ("ab",))
+                    save(out, outcomes, args)
     except UserError as exc:
         print(f"gate_trials: error: {exc}", file=sys.stderr)
         return 2
+    print(save(out, outcomes, args))
+    return 0
+
+
+def save(out: Path, outcomes: list[Outcome], args: argparse.Namespace) -> str:
+    """Write trials.json and summary.md from the outcomes so far; the summary.
+
+    Called after every trial, so that an interrupted hour of measurements keeps what it got.
+    """
     table = rates(outcomes)
     summary = markdown(table, args)
-    (out / "trials.json").write_text(json.dumps(
+    _replace(out / "trials.json", json.dumps(
         {"args": vars(args), "rates": table, "outcomes": [o.__dict__ for o in outcomes]},
         indent=2))
-    (out / "summary.md").write_text(summary + "\n")
-    print(summary)
-    return 0
+    _replace(out / "summary.md", summary + "\n")
+    return summary
+
+
+def _replace(path: Path, text: str) -> None:
+    # These two files are this script's own running tally, rewritten after every trial;
+    # write-then-rename so a kill mid-write leaves the previous tally, not half a file.
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
