@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -135,7 +136,9 @@ def markdown(table: dict[str, dict], args: argparse.Namespace) -> str:
 
     lines = [f"Gate trials: model {args.model}, rev {args.rev}, slowdown "
              f"{args.slowdown:.0%} of decode_step, target group {args.target_group!r}, "
-             f"pytest args {' '.join(args.pytest_args) or '(none)'}", "",
+             f"pytest args {' '.join(args.pytest_args) or '(none)'}, threshold "
+             f"{'device default' if args.threshold is None else f'{args.threshold:.0%}'}"
+             + (f", rejudged from {args.rejudge}" if args.rejudge else ""), "",
              "| mode | A/A comparisons | A/A false alarms (any regression) | A/A any claim | "
              "A/A inconclusive | slowed comparisons | detection (target benchmarks) | "
              "slowed runs failing | target ratio (median) |",
@@ -171,9 +174,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the benchmark group slowed by the full factor. Default: decode")
     parser.add_argument("--threshold", type=gate.parse_fraction, default=None)
     parser.add_argument("--out", default=None, help="Default: a new temporary folder (kept)")
+    parser.add_argument("--rejudge", metavar="DIR", default=None,
+                        help="run nothing: judge the runs an earlier call kept under DIR again "
+                             "(e.g. at another --threshold); results go to --out, by default "
+                             "DIR/rejudge-<threshold>")
     args = parser.parse_args(argv[:cut])
     args.pytest_args = argv[cut + 1:]
     ab.check_pytest_args(args.pytest_args)
+    if args.rejudge:
+        return rejudge(Path(args.rejudge), args)
 
     out = Path(args.out or tempfile.mkdtemp(prefix="llmbench-trials-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -212,6 +221,38 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"gate_trials: error: {exc}", file=sys.stderr)
         return 2
+    print(save(out, outcomes, args))
+    return 0
+
+
+def rejudge(kept: Path, args: argparse.Namespace) -> int:
+    """Judge the runs of an earlier call again, in the order that call judged them."""
+    def runs(folder: Path) -> list[baselines.Run]:
+        return [baselines.load_run(p) for p in sorted(folder.glob("*/*.json"),
+                                                      key=baselines.run_number)]
+
+    options = gate.GateOptions(threshold=args.threshold)
+    modes = ("stored", "stored+normalize")
+    outcomes: list[Outcome] = []
+    stored, slowed = runs(kept / "stored"), runs(kept / "stored-slow")
+    if stored:
+        base = stored[0]
+        for same, slow in itertools.zip_longest(stored[1:], slowed):
+            if same:
+                outcomes += judge("aa", base, same, options, args.target_group, modes)
+            if slow:
+                outcomes += judge("slow", base, slow, options, args.target_group, modes)
+    for trial in sorted(kept.glob("ab-*-[0-9][0-9]"), key=lambda p: (p.name[-2:], p.name)):
+        kind = trial.name.split("-")[1]
+        base, cand = (baselines.pool_runs(runs(trial / side), source=f"{trial.name}/{side}")
+                      for side in ("baseline", "candidate"))
+        outcomes += judge(kind, base, cand, options, args.target_group, ("ab",))
+    if not outcomes:
+        print(f"gate_trials: error: no kept runs under {kept}", file=sys.stderr)
+        return 2
+    threshold = "default" if args.threshold is None else f"{args.threshold:g}"
+    out = Path(args.out or kept / f"rejudge-{threshold}")
+    out.mkdir(parents=True, exist_ok=True)
     print(save(out, outcomes, args))
     return 0
 
