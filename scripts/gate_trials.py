@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from llmbench import ab, baselines, gate
 from llmbench.errors import UserError
 from llmbench.stats import Verdict
@@ -253,17 +255,59 @@ def rejudge(kept: Path, args: argparse.Namespace) -> int:
     threshold = "default" if args.threshold is None else f"{args.threshold:g}"
     out = Path(args.out or kept / f"rejudge-{threshold}")
     out.mkdir(parents=True, exist_ok=True)
-    print(save(out, outcomes, args))
+    print(save(out, outcomes, args, kept))
     return 0
 
 
-def save(out: Path, outcomes: list[Outcome], args: argparse.Namespace) -> str:
+def noise(kept: Path) -> str:
+    """Where the noise sits, per benchmark: spread of rounds inside one run (or A/B block)
+    against spread of the medians of separate runs (blocks) of the same unchanged code.
+
+    The rank test treats rounds as independent draws. When runs or blocks differ far more
+    than rounds inside them do, pooled rounds overstate the evidence: this table shows by how
+    much, on the runs at hand. Spreads are standard deviations of log time (~ CV).
+    """
+    def spread(folders: list[Path]) -> dict[str, tuple[list[float], list[float]]]:
+        found: dict[str, tuple[list[float], list[float]]] = {}
+        for folder in folders:
+            medians: dict[str, list[float]] = {}
+            for path in sorted(folder.glob("*/*.json")):
+                for bench in baselines.load_run(path).benchmarks.values():
+                    logs = np.log(bench.samples)
+                    within, between = found.setdefault(bench.name, ([], []))
+                    within.append(float(np.std(logs, ddof=1)))
+                    medians.setdefault(bench.name, []).append(float(np.median(logs)))
+            for name, values in medians.items():
+                if len(values) > 1:
+                    found[name][1].append(float(np.std(values, ddof=1)))
+        return found
+
+    rows = []
+    stored = spread([kept / "stored"])
+    ab_aa = spread([p / side for p in sorted(kept.glob("ab-aa-[0-9][0-9]"))
+                    for side in ("baseline", "candidate")])
+    for name in dict.fromkeys([*stored, *ab_aa]):
+        cells = []
+        for found in (stored, ab_aa):
+            within, between = found.get(name, ([], []))
+            cells += [f"{np.median(within):.3f}" if within else "-",
+                      f"{np.median(between):.3f}" if between else "-"]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join([
+        "Noise of unchanged code (sd of log time; medians over runs, or over A/B sides):", "",
+        "| benchmark | rounds within a stored run | medians of stored runs | rounds within an "
+        "A/B block | medians of one side's A/B blocks |",
+        "|:--|--:|--:|--:|--:|", *rows])
+
+
+def save(out: Path, outcomes: list[Outcome], args: argparse.Namespace,
+         kept: Path | None = None) -> str:
     """Write trials.json and summary.md from the outcomes so far; the summary.
 
     Called after every trial, so that an interrupted hour of measurements keeps what it got.
     """
     table = rates(outcomes)
-    summary = markdown(table, args)
+    summary = markdown(table, args) + "\n\n" + noise(kept or out)
     _replace(out / "trials.json", json.dumps(
         {"args": vars(args), "rates": table, "outcomes": [o.__dict__ for o in outcomes]},
         indent=2))
