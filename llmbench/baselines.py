@@ -125,6 +125,9 @@ class Benchmark:
     group: str | None
     samples: tuple[float, ...]
     extra_info: Mapping = field(default_factory=dict)
+    # Rounds of each pooled run, in order (A/B blocks); () for a single run. Rounds of one
+    # block share its moment on the machine, so the gate judges blocks, not rounds.
+    blocks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -282,7 +285,8 @@ def version_differences(baseline: Mapping | None, candidate: Mapping | None
 
 def pool_runs(runs: Sequence[Run], source: str) -> Run:
     """One run from several of the same code and environment (A/B blocks): samples and
-    control samples concatenated per benchmark; only benchmarks present in every run."""
+    control samples concatenated per benchmark, with each run's rounds kept as a block;
+    only benchmarks present in every run."""
     assert runs, "nothing to pool"
     first = runs[0]
     for run in runs[1:]:
@@ -291,7 +295,10 @@ def pool_runs(runs: Sequence[Run], source: str) -> Run:
     keys = [k for k in first.benchmarks if all(k in r.benchmarks for r in runs)]
     pooled = {k: dataclasses.replace(
         first.benchmarks[k],
-        samples=tuple(x for r in runs for x in r.benchmarks[k].samples)) for k in keys}
+        samples=tuple(x for r in runs for x in r.benchmarks[k].samples),
+        blocks=tuple(n for r in runs for n in (r.benchmarks[k].blocks
+                                               or (len(r.benchmarks[k].samples),))))
+        for k in keys}
     return Run(source=source, benchmarks=pooled, environment=first.environment,
                control_s=tuple(x for r in runs for x in r.control_s), info=first.info,
                commit_info=first.commit_info, datetime=first.datetime)

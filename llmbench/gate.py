@@ -101,8 +101,10 @@ class GateResult:
         return EXIT_REGRESSION if failing else EXIT_OK
 
     @property
-    def rounds_needed(self) -> int | None:
-        needed = [c.rounds_needed for c in self.comparisons if c.rounds_needed is not None]
+    def rounds_needed(self) -> tuple[int, str] | None:
+        """The most rounds (or blocks) per side that an inconclusive benchmark asks for."""
+        needed = [(c.rounds_needed, c.unit) for c in self.comparisons
+                  if c.rounds_needed is not None]
         return max(needed, default=None)
 
 
@@ -161,9 +163,11 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
              for k in common}
     groups = {k: candidate.benchmarks[k].group for k in common
               if candidate.benchmarks[k].group is not None}
+    blocks = {k: (baseline.benchmarks[k].blocks, candidate.benchmarks[k].blocks)
+              for k in common if baseline.benchmarks[k].blocks and candidate.benchmarks[k].blocks}
     comparisons = stats.compare_family(
         pairs, rule, thresholds=thresholds, groups=groups,
-        speed_ratio=speed.ratio if options.normalize and speed else 1.0)
+        speed_ratio=speed.ratio if options.normalize and speed else 1.0, blocks=blocks)
     return GateResult(
         baseline=baseline, candidate=candidate, options=options, comparisons=comparisons,
         labels=_labels(candidate, common), speed=speed,
@@ -191,7 +195,7 @@ def _interval(low: float, high: float) -> str:
 
 def _verdict_cell(c: stats.Comparison) -> str:
     if c.verdict is stats.Verdict.INCONCLUSIVE and c.rounds_needed is not None:
-        return f"inconclusive (~{c.rounds_needed} rounds/side)"
+        return f"inconclusive (~{c.rounds_needed} {c.unit}/side)"
     return c.verdict.value
 
 
@@ -234,6 +238,11 @@ def header_lines(result: GateResult) -> list[str]:
                  else "not divided out; --normalize would")
         lines.append(f"machine speed (control, candidate/baseline): {s.ratio:.3f} "
                      f"{_interval(s.ci_low, s.ci_high)}, {state}")
+    by_blocks = [c for c in result.comparisons if c.unit == "blocks"]
+    if by_blocks:
+        kb, kc = by_blocks[0].n_blocks
+        lines.append(f"judged on block medians ({kb} vs {kc} blocks, Welch's t): rounds of one "
+                     f"block are not independent draws")
     o = result.options
     thresholds = sorted({c.threshold for c in result.comparisons})
     shown = ", ".join(f"{t:.0%}" if round(t * 100, 6).is_integer() else f"{t:.1%}"
@@ -259,8 +268,8 @@ def summary_line(result: GateResult) -> str:
               f"{n['unchanged']} unchanged, {n['inconclusive']} inconclusive of {total}")
     line = f"{outcome}: {counts}"
     if n["inconclusive"]:
-        line += (f" (inconclusive is not a pass: up to ~{result.rounds_needed} rounds/side "
-                 f"would decide)")
+        n, unit = result.rounds_needed
+        line += f" (inconclusive is not a pass: up to ~{n} {unit}/side would decide)"
     skipped = len(result.only_baseline) + len(result.only_candidate)
     if skipped:
         line += f"; {skipped} benchmarks in one run only, not compared"

@@ -31,6 +31,15 @@ Why:
   candidate machine is slower), i.e. into baseline-machine time. r's uncertainty is not
   propagated: normalize only when the control CI excludes 1, with delta well above its width.
 - Rounds are assumed independent; drift within a run (thermal, clocks) is not modelled.
+- Blocks (A/B mode: each side pooled from several pytest runs, ``blocks=``): measured on a
+  shared 2-core VM, the medians of one side's blocks spread 10-15% (sd of log time) while
+  rounds inside a block spread 3-7%, so pooled rounds are not independent draws and the rank
+  test on them overstates the evidence (A/A: 3 runs in 10 claimed a change). With >= 2 blocks
+  a side, the unit is the block: Welch's t on the log block medians gives p, direction and a
+  t interval (exponentiated: a CI of the ratio), and ratio = exp(mean difference). Welch: no
+  equal-spread assumption; on log medians of a few rounds the t approximation is reasonable,
+  and an exact rank test on 4 vs 4 blocks could never pass Holm. ``rounds_needed`` then counts
+  blocks per side (``unit``).
 """
 
 from __future__ import annotations
@@ -102,16 +111,18 @@ class Comparison:
     n_candidate: int
     baseline_median: float
     candidate_median: float  # after speed normalization
-    ratio: float  # candidate_median / baseline_median
+    ratio: float  # candidate_median / baseline_median (blocks: see the docstring)
     ci_low: float  # (0, inf) when a side has a single round: no dispersion to resample
     ci_high: float
     p_value: float  # two-sided rank test
     p_adjusted: float  # Holm over the run
     threshold: float
     verdict: Verdict
-    rounds_needed: int | None  # only for INCONCLUSIVE: rounds per side that should decide
+    rounds_needed: int | None  # only for INCONCLUSIVE: `unit`s per side that should decide
     reason: str
     speed_ratio: float = 1.0
+    unit: str = "rounds"  # "blocks": judged on block medians (see the module docstring)
+    n_blocks: tuple[int, int] = (0, 0)  # blocks per side when unit == "blocks"
 
 
 @dataclass(frozen=True)
@@ -266,6 +277,47 @@ def _rounds_needed(b, c, ratio, delta, rule, m, n_now) -> tuple[int, str]:
     return n, f"need ~{n} rounds/side (test: {n_test}, CI vs delta: {n_ci})"
 
 
+def _block_log_medians(x: np.ndarray, sizes: Sequence[int], what: str) -> np.ndarray:
+    """Log of each block's median; `sizes` are the rounds of consecutive blocks."""
+    sizes = [int(n) for n in sizes]
+    if sum(sizes) != x.size or min(sizes, default=0) < 1:
+        raise ValueError(f"{what}: block sizes {sizes} do not add up to its {x.size} samples")
+    return np.array([np.log(np.median(part)) for part in np.split(x, np.cumsum(sizes)[:-1])])
+
+
+def _block_test(lb: np.ndarray, lc: np.ndarray, rule: Rule
+                ) -> tuple[float, int, float, float, float]:
+    """Welch's t on log block medians: p, direction, ratio, CI low, CI high."""
+    diff = float(lc.mean() - lb.mean())
+    direction = int(np.sign(diff))
+    if np.ptp(lb) == 0 and np.ptp(lc) == 0:
+        # No spread in either side (synthetic data): Welch's limit, t = +-inf or 0/0.
+        ratio = math.exp(diff)
+        return (1.0 if diff == 0 else 0.0), direction, ratio, ratio, ratio
+    result = stats.ttest_ind(lc, lb, equal_var=False)
+    ci = result.confidence_interval(rule.confidence)
+    return float(result.pvalue), direction, math.exp(diff), math.exp(ci.low), math.exp(ci.high)
+
+
+def _blocks_needed(lb, lc, ratio, delta, rule, k_now) -> tuple[int, str]:
+    """Blocks per side whose Welch interval would be narrower than the gap to the nearest
+    decision boundary, ln(1 + delta), at the spread seen between blocks."""
+    dof = lb.size + lc.size - 2
+    sigma = math.sqrt((np.sum((lb - lb.mean()) ** 2) + np.sum((lc - lc.mean()) ** 2)) / dof)
+    gap = abs(abs(math.log(ratio)) - math.log1p(delta))
+    q = 0.5 + rule.confidence / 2
+    if sigma == 0:
+        k = k_now + 1
+    elif gap == 0:
+        k = MAX_ROUNDS_NEEDED
+    else:  # start from the normal approximation (a lower bound), then step up the t quantile
+        k = max(k_now + 1, 2, math.ceil(2 * (stats.norm.ppf(q) * sigma / gap) ** 2))
+        while k < MAX_ROUNDS_NEEDED and stats.t.ppf(q, 2 * k - 2) * sigma * math.sqrt(2 / k) >= gap:
+            k += 1
+    k = min(MAX_ROUNDS_NEEDED, k)
+    return k, f"need ~{k} blocks/side (block spread {sigma:.3f} in log time)"
+
+
 def speed_ratio(
     baseline_control: Sequence[float], candidate_control: Sequence[float], rule: Rule
 ) -> SpeedRatio:
@@ -282,16 +334,19 @@ def compare_family(
     thresholds: Mapping[str, float] | None = None,
     groups: Mapping[str, str] | None = None,
     speed_ratio: float | SpeedRatio = 1.0,
+    blocks: Mapping[str, tuple[Sequence[int], Sequence[int]]] | None = None,
 ) -> tuple[Comparison, ...]:
     """Compare every benchmark of one run: {name: (baseline, candidate)} -> Comparisons.
 
     ``thresholds`` (resolved with ``threshold_for``) default to ``rule.threshold``; the family
-    for Holm is all of ``pairs``. Candidate samples are divided by ``speed_ratio``.
+    for Holm is all of ``pairs``. Candidate samples are divided by ``speed_ratio``. ``blocks``
+    gives, per name, each side's rounds per block (samples in order); a name with >= 2 blocks
+    on both sides is judged on its block medians.
     """
     if not pairs:
         raise ValueError("compare_family: no benchmarks to compare")
-    thresholds, groups = dict(thresholds or {}), dict(groups or {})
-    for what, keys in (("thresholds", thresholds), ("groups", groups)):
+    thresholds, groups, blocks = dict(thresholds or {}), dict(groups or {}), dict(blocks or {})
+    for what, keys in (("thresholds", thresholds), ("groups", groups), ("blocks", blocks)):
         if unknown := sorted(set(keys) - set(pairs)):
             raise ValueError(f"compare_family: {what} for unknown benchmarks {unknown}")
     r = float(getattr(speed_ratio, "ratio", speed_ratio))
@@ -302,19 +357,29 @@ def compare_family(
     for name, (base, cand) in pairs.items():
         b = _samples(base, f"{name}: baseline")
         c = _samples(cand, f"{name}: candidate") / r
+        meds = float(np.median(b)), float(np.median(c))
+        sizes_b, sizes_c = blocks.get(name, ((), ()))
+        if len(sizes_b) >= 2 and len(sizes_c) >= 2:
+            lb = _block_log_medians(b, sizes_b, f"{name}: baseline")
+            lc = _block_log_medians(c, sizes_c, f"{name}: candidate")
+            p, direction, ratio, lo, hi = _block_test(lb, lc, rule)
+            rows.append((name, b, c, meds, p, direction, ratio, lo, hi, (lb, lc)))
+            continue
         seed = [rule.seed, zlib.crc32(name.encode())]  # per name: independent of family order
         p, direction = _rank_test(b, c)
-        meds = float(np.median(b)), float(np.median(c))
-        rows.append((name, b, c, meds, p, direction, *_ratio_ci(b, c, rule, seed)))
+        rows.append((name, b, c, meds, p, direction, meds[1] / meds[0],
+                     *_ratio_ci(b, c, rule, seed), None))
 
     m = len(rows)
     p_adj = holm([row[4] for row in rows])
     out = []
-    for (name, b, c, (med_b, med_c), p, direction, lo, hi), pa in zip(rows, p_adj, strict=True):
-        ratio = med_c / med_b
+    for row, pa in zip(rows, p_adj, strict=True):
+        name, b, c, (med_b, med_c), p, direction, ratio, lo, hi, block_logs = row
         delta = _check_threshold(thresholds.get(name, rule.threshold), f"thresholds[{name!r}]")
         up, down = 1 + delta, 1 / (1 + delta)
-        significant, min_p = pa <= rule.alpha, _min_p(b.size, c.size)
+        significant = pa <= rule.alpha
+        # Welch's p can be anything from 2 blocks a side on; the exact rank test has a floor.
+        min_p = 0.0 if block_logs else _min_p(b.size, c.size)
         ci = f"CI [{lo:.3f}, {hi:.3f}]"
         needed = None
         if significant and direction > 0 and lo > up:
@@ -334,13 +399,19 @@ def compare_family(
                 why = f"significant (p_adj={pa:.2g}) but {ci} straddles the +/-{delta:.0%} band"
             else:
                 why = f"not significant (p_adj={pa:.2g}) and {ci} not within +/-{delta:.0%}"
-            needed, plan = _rounds_needed(b, c, ratio, delta, rule, m, min(b.size, c.size))
+            if block_logs:
+                needed, plan = _blocks_needed(*block_logs, ratio, delta, rule,
+                                              min(map(len, block_logs)))
+            else:
+                needed, plan = _rounds_needed(b, c, ratio, delta, rule, m, min(b.size, c.size))
             reason = f"{why}; {plan}"
         out.append(Comparison(
             name=name, group=groups.get(name), n_baseline=int(b.size), n_candidate=int(c.size),
             baseline_median=med_b, candidate_median=med_c, ratio=ratio, ci_low=lo, ci_high=hi,
             p_value=p, p_adjusted=float(pa), threshold=delta, verdict=verdict,
-            rounds_needed=needed, reason=reason, speed_ratio=r))
+            rounds_needed=needed, reason=reason, speed_ratio=r,
+            unit="blocks" if block_logs else "rounds",
+            n_blocks=tuple(map(len, block_logs)) if block_logs else (0, 0)))
     return tuple(out)
 
 

@@ -170,7 +170,9 @@ def test_pool_runs_concatenates_samples_of_shared_benchmarks():
     assert len(pooled.benchmarks) == 3
     for key, bench in pooled.benchmarks.items():
         assert bench.samples == a.benchmarks[key].samples + b.benchmarks[key].samples
+        assert bench.blocks == (3, 4)  # each run's rounds stay one block
     assert pooled.control_s == a.control_s + b.control_s
+    assert baselines.pool_runs([pooled, a], "again").benchmarks[key].blocks == (3, 4, 3)
 
 
 def test_pool_runs_refuses_mixed_environments():

@@ -114,7 +114,8 @@ def test_too_few_rounds_is_inconclusive_shown_and_counted_never_silent():
     line = gate.summary_line(result)
     assert line.startswith("PASS, NOT VERIFIED: 0 regression, 0 improvement, 0 unchanged, "
                            "4 inconclusive of 4")
-    assert f"~{result.rounds_needed} rounds/side" in line
+    assert result.rounds_needed[1] == "rounds"
+    assert f"~{result.rounds_needed[0]} rounds/side" in line
     text = gate.render_text(result)
     assert text.count("inconclusive (~") == 4
     strict = gate.compare_runs(_run(1, rounds=3), _run(2, rounds=3),
@@ -318,3 +319,25 @@ def test_pytest_cannot_compare_at_the_end_is_a_junit_error(suite, runs, tmp_path
     assert "cannot compare: runs come from different environments: threads 3 vs 1" in proc.stdout
     error = _gate_case(junit.read_text()).find("error")
     assert error is not None and "threads 3 vs 1" in error.get("message")
+
+
+def _pooled(seeds, **kw) -> baselines.Run:
+    return baselines.pool_runs([_run(s, **kw) for s in seeds], f"pooled{seeds[0]}")
+
+
+def test_pooled_ab_runs_are_judged_on_their_blocks():
+    base = _pooled([1, 2, 3, 4], rounds=5)
+    slow = _pooled([5, 6, 7, 8], rounds=5, factors={"decode": 1.5})
+    result = gate.compare_runs(base, slow)
+    assert {c.unit for c in result.comparisons} == {"blocks"}
+    assert {c.n_blocks for c in result.comparisons} == {(4, 4)}
+    assert {k for k, v in _verdicts(result).items() if v is Verdict.REGRESSION} == DECODE
+    assert "judged on block medians (4 vs 4 blocks, Welch's t)" in gate.render_text(result)
+    # Two blocks a side cannot settle a 10 % band: inconclusive, asking for blocks.
+    few = gate.compare_runs(_pooled([1, 2], rounds=5), _pooled([5, 6], rounds=5))
+    line = gate.summary_line(few)
+    assert few.counts["inconclusive"] and few.rounds_needed[1] == "blocks"
+    assert f"up to ~{few.rounds_needed[0]} blocks/side would decide" in line
+    assert "blocks/side)" in gate.render_text(few)
+    # A plain run against a pooled one: rounds, as before.
+    assert {c.unit for c in gate.compare_runs(_run(1), slow).comparisons} == {"rounds"}

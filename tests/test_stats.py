@@ -359,3 +359,80 @@ def test_speed_normalization_separates_machine_from_code():
     assert summarize(normalized)["regression"] == 0
     assert all(c.speed_ratio == sr.ratio for c in normalized)
     assert normalized[0].candidate_median == pytest.approx(raw[0].candidate_median / sr.ratio)
+
+
+# --- blocks (A/B mode) ---------------------------------------------------------------------
+
+def _blocked(rng, n_blocks, rounds, between, within, shift=1.0):
+    """One side: n_blocks blocks, each with its own machine state (log-normal, sd `between`),
+    of `rounds` rounds (log-normal, sd `within`); times in seconds around 1."""
+    state = rng.normal(0, between, n_blocks)[:, None]
+    return (shift * np.exp(state + rng.normal(0, within, (n_blocks, rounds)))).ravel()
+
+
+def _blocked_family(rng, n_blocks, rounds, between, within, slow=None):
+    pairs, sizes = {}, {}
+    for i in range(FAMILY):
+        shift = slow if (slow and i == 0) else 1.0
+        pairs[f"bench{i}"] = (_blocked(rng, n_blocks, rounds, between, within),
+                              _blocked(rng, n_blocks, rounds, between, within, shift))
+        sizes[f"bench{i}"] = ([rounds] * n_blocks, [rounds] * n_blocks)
+    return pairs, sizes
+
+
+def test_blocks_keep_the_familywise_rate_that_pooled_rounds_break():
+    """A/A as measured on a shared VM: blocks differ by ~10 %, rounds in a block by ~4 %.
+    Judged on pooled rounds, most runs claim a change; judged on blocks, at most alpha."""
+    rng = np.random.default_rng(20240603)
+    by_rounds = by_blocks = 0
+    for _ in range(RUNS):
+        pairs, sizes = _blocked_family(rng, 4, 5, between=0.10, within=0.04)
+        by_rounds += any(c.p_adjusted <= SIM_RULE.alpha for c in compare_family(pairs, SIM_RULE))
+        comps = compare_family(pairs, SIM_RULE, blocks=sizes)
+        assert {c.unit for c in comps} == {"blocks"} and comps[0].n_blocks == (4, 4)
+        by_blocks += any(c.p_adjusted <= SIM_RULE.alpha or c.verdict in
+                         (Verdict.REGRESSION, Verdict.IMPROVEMENT) for c in comps)
+    assert by_rounds > RUNS / 2
+    assert by_blocks <= _max_alarms(RUNS, SIM_RULE.alpha)
+
+
+def test_blocks_find_a_20_percent_slowdown_with_enough_blocks():
+    """8 blocks of 5 rounds a side, blocks 3 % apart, rounds 5 %: flagged in >= 90 % of runs."""
+    rng = np.random.default_rng(20240604)
+    hits = 0
+    for _ in range(RUNS // 2):
+        pairs, sizes = _blocked_family(rng, 8, 5, between=0.03, within=0.05, slow=1.2)
+        comps = compare_family(pairs, SIM_RULE, blocks=sizes)
+        hits += comps[0].verdict is Verdict.REGRESSION
+        assert not any(c.verdict is Verdict.REGRESSION for c in comps[1:])
+    assert hits / (RUNS // 2) >= 0.90
+
+
+def test_blocks_inconclusive_asks_for_blocks_and_speedup_is_improvement():
+    rng = np.random.default_rng(7)
+    base = _blocked(rng, 3, 5, between=0.10, within=0.03)
+    cand = _blocked(rng, 3, 5, between=0.10, within=0.03, shift=1.15)
+    comp = _one(base, cand, blocks={"b": ([5] * 3, [5] * 3)})
+    assert comp.verdict is Verdict.INCONCLUSIVE and comp.unit == "blocks"
+    assert comp.rounds_needed > 3 and "blocks/side" in comp.reason
+    fast = _one(cand, cand / 2, blocks={"b": ([5] * 3, [5] * 3)})
+    assert fast.verdict is Verdict.IMPROVEMENT and fast.ratio == pytest.approx(0.5)
+
+
+def test_block_ratio_is_the_mean_log_block_median_and_inside_its_ci():
+    base = np.array([1.0, 1.1, 1.2, 2.0, 2.1, 2.2])  # block medians 1.1 and 2.1
+    cand = np.array([1.5, 1.6, 1.7, 3.0, 3.2, 3.1])  # block medians 1.6 and 3.1
+    comp = _one(base, cand, blocks={"b": ([3, 3], [3, 3])})
+    expected = math.exp((math.log(1.6) + math.log(3.1) - math.log(1.1) - math.log(2.1)) / 2)
+    assert comp.ratio == pytest.approx(expected)
+    assert comp.ci_low < comp.ratio < comp.ci_high
+    assert comp.baseline_median == pytest.approx(1.6)  # the table still shows pooled medians
+
+
+def test_blocks_need_two_a_side_and_must_add_up():
+    x = np.linspace(1, 1.1, 10)
+    assert _one(x, x, blocks={"b": ([10], [5, 5])}).unit == "rounds"
+    with pytest.raises(ValueError, match=r"block sizes \[4, 4\] do not add up to its 10"):
+        _one(x, x, blocks={"b": ([4, 4], [5, 5])})
+    with pytest.raises(ValueError, match="blocks for unknown benchmarks"):
+        compare_family({"b": (x, x)}, SIM_RULE, blocks={"nope": ([5, 5], [5, 5])})
