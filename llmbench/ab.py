@@ -7,7 +7,10 @@ worktree`, and its benchmark suite (the baseline) and the working tree's (the ca
 run alternately in blocks, ABBA order (A B, B A, A B, ...) so that a linear drift weighs on
 both sides alike. Each block is a `python -m pytest --benchmark-only` run with few rounds,
 saved to a temporary folder; the blocks are pooled per side and judged by the same rule as
-`llmbench compare`. This is the recommended check for a pull request on a noisy machine.
+`llmbench compare`, with the block as the unit: rounds of one block share its moment on the
+machine, so the gate compares block medians (see `stats`), and an inconclusive verdict says
+how many blocks would decide. This is the recommended check for a pull request on a noisy
+machine.
 
 Each side imports llmbench from its own checkout: the run's cwd is that checkout and it
 comes first on PYTHONPATH (ahead of the editable install). `run_blocks` checks this before
@@ -32,7 +35,7 @@ from . import baselines, gate
 from .errors import UserError
 
 DEFAULT_BLOCKS = 4
-DEFAULT_ROUNDS = 5  # per block: 20 rounds per side after pooling at the default blocks
+DEFAULT_ROUNDS = 5  # per block: each block's median is one observation for the gate
 # Options llmbench ab sets itself for every block; passing them through would break pooling.
 RESERVED_OPTIONS = ("--baseline-dir", "--no-save", "--rounds", "--compare-to",
                     "--benchmark-disable", "-n", "--numprocesses")

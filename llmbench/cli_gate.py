@@ -133,9 +133,10 @@ def register(subparsers) -> None:
                   "[-- PYTEST_ARGS ...]",
             description="Check REV out into a temporary git worktree and run its benchmark suite "
                         "(the baseline) and the working tree's (the candidate) alternately in "
-                        "blocks, then pool each side's samples and apply the gate. Machine drift "
+                        "blocks, then apply the gate to the blocks' medians. Machine drift "
                         "hits both sides alike: the recommended check for a pull request on a "
-                        "noisy machine. Pass pytest arguments after --, e.g. "
+                        "noisy machine. More blocks, not more rounds, narrow the verdict. Pass "
+                        "pytest arguments after --, e.g. "
                         "`llmbench ab main -- --model tiny -k decode`.")
     finally:
         subparsers._parser_class = base_class
