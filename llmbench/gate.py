@@ -268,8 +268,8 @@ def summary_line(result: GateResult) -> str:
               f"{n['unchanged']} unchanged, {n['inconclusive']} inconclusive of {total}")
     line = f"{outcome}: {counts}"
     if n["inconclusive"]:
-        n, unit = result.rounds_needed
-        line += f" (inconclusive is not a pass: up to ~{n} {unit}/side would decide)"
+        most, unit = result.rounds_needed
+        line += f" (inconclusive is not a pass: up to ~{most} {unit}/side would decide)"
     skipped = len(result.only_baseline) + len(result.only_candidate)
     if skipped:
         line += f"; {skipped} benchmarks in one run only, not compared"
@@ -342,7 +342,7 @@ def to_json(result: GateResult) -> dict:
         "mismatches": list(result.mismatches),
         "versions": {k: list(v) for k, v in result.versions.items()},
         "speed": None if s is None else {**dataclasses.asdict(s), "ci_high": _finite(s.ci_high)},
-        "comparisons": [{**dataclasses.asdict(c), "label": result.labels[c.name],
+        "comparisons": [{**dataclasses.asdict(c), "unit": c.unit, "label": result.labels[c.name],
                          "verdict": c.verdict.value, "ci_high": _finite(c.ci_high)}
                         for c in result.comparisons],
         "only_baseline": list(result.only_baseline),

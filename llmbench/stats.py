@@ -121,8 +121,12 @@ class Comparison:
     rounds_needed: int | None  # only for INCONCLUSIVE: `unit`s per side that should decide
     reason: str
     speed_ratio: float = 1.0
-    unit: str = "rounds"  # "blocks": judged on block medians (see the module docstring)
-    n_blocks: tuple[int, int] = (0, 0)  # blocks per side when unit == "blocks"
+    n_blocks: tuple[int, int] = (0, 0)  # blocks per side when judged on block medians
+
+    @property
+    def unit(self) -> str:
+        """What `rounds_needed` counts: "blocks" when judged on block medians, else "rounds"."""
+        return "blocks" if self.n_blocks[0] else "rounds"
 
 
 @dataclass(frozen=True)
@@ -259,13 +263,18 @@ def _ratio_ci(b: np.ndarray, c: np.ndarray, rule: Rule, seed) -> tuple[float, fl
     return float(lo), float(hi)
 
 
+def _pooled_sd(x: np.ndarray, y: np.ndarray) -> float:
+    """Pooled standard deviation of two samples (needs 3 or more values in all)."""
+    dof = x.size + y.size - 2
+    return math.sqrt((np.sum((x - x.mean()) ** 2) + np.sum((y - y.mean()) ** 2)) / dof)
+
+
 def _rounds_needed(b, c, ratio, delta, rule, m, n_now) -> tuple[int, str]:
     n_test = _rounds_for_test(m, rule.alpha)
     dof = b.size + c.size - 2
     if dof == 0:
         return max(n_test, n_now + 1), "dispersion unknown from 1 round per side"
-    lb, lc = np.log(b), np.log(c)
-    sigma = math.sqrt((np.sum((lb - lb.mean()) ** 2) + np.sum((lc - lc.mean()) ** 2)) / dof)
+    sigma = _pooled_sd(np.log(b), np.log(c))
     # CI half-width of log ratio at n rounds/side ~ z * 1.2533 * sigma * sqrt(2/n); it must shrink
     # below the gap between the point estimate and the nearest decision boundary, ln(1 + delta).
     gap = abs(abs(math.log(ratio)) - math.log1p(delta))
@@ -302,8 +311,7 @@ def _block_test(lb: np.ndarray, lc: np.ndarray, rule: Rule
 def _blocks_needed(lb, lc, ratio, delta, rule, k_now) -> tuple[int, str]:
     """Blocks per side whose Welch interval would be narrower than the gap to the nearest
     decision boundary, ln(1 + delta), at the spread seen between blocks."""
-    dof = lb.size + lc.size - 2
-    sigma = math.sqrt((np.sum((lb - lb.mean()) ** 2) + np.sum((lc - lc.mean()) ** 2)) / dof)
+    sigma = _pooled_sd(lb, lc)  # >= 2 blocks a side: dof >= 2
     gap = abs(abs(math.log(ratio)) - math.log1p(delta))
     q = 0.5 + rule.confidence / 2
     if sigma == 0:
@@ -410,7 +418,6 @@ def compare_family(
             baseline_median=med_b, candidate_median=med_c, ratio=ratio, ci_low=lo, ci_high=hi,
             p_value=p, p_adjusted=float(pa), threshold=delta, verdict=verdict,
             rounds_needed=needed, reason=reason, speed_ratio=r,
-            unit="blocks" if block_logs else "rounds",
             n_blocks=tuple(map(len, block_logs)) if block_logs else (0, 0)))
     return tuple(out)
 
