@@ -9,15 +9,10 @@ from llmbench.config import SamplingParams
 from llmbench.engine import generate
 
 
-def _batch(prompt_ids, size: int, num_tokens: int) -> list[list[int]]:
-    # Distinct offsets into the passage: distinct prompts of the same length.
-    return [prompt_ids(num_tokens, offset=i * 37) for i in range(size)]
-
-
 @pytest.mark.benchmark(group="batch-size")
-def test_batch_size(measure, model, prompt_ids, bench_settings, batch_size):
+def test_batch_size(measure, model, prompt_batch, bench_settings, batch_size):
     profile = bench_settings.profile
-    prompts = _batch(prompt_ids, batch_size, profile.batch_prompt_tokens)
+    prompts = prompt_batch(batch_size, profile.batch_prompt_tokens)
     params = SamplingParams(max_new_tokens=profile.batch_new_tokens, ignore_eos=True)
     measure(lambda: generate_static_batch(model, prompts, params),
             expect=Work(batch_size * profile.batch_prompt_tokens,
@@ -26,10 +21,10 @@ def test_batch_size(measure, model, prompt_ids, bench_settings, batch_size):
 
 @pytest.mark.benchmark(group="sequential-vs-batched")
 @pytest.mark.parametrize("mode", ["sequential", "batched"])
-def test_sequential_vs_batched(measure, model, prompt_ids, bench_settings, mode):
+def test_sequential_vs_batched(measure, model, prompt_batch, bench_settings, mode):
     profile = bench_settings.profile
     size = profile.sequential_batch
-    prompts = _batch(prompt_ids, size, profile.batch_prompt_tokens)
+    prompts = prompt_batch(size, profile.batch_prompt_tokens)
     params = SamplingParams(max_new_tokens=profile.batch_new_tokens, ignore_eos=True)
     if mode == "batched":
         def run():

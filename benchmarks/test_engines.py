@@ -18,7 +18,7 @@ RUNNERS = {
 
 
 @pytest.fixture(scope="module")
-def engine_work(model, prompt_ids, bench_settings):
+def engine_work(model, prompt_batch, bench_settings):
     """`engine_work(batch)`: (prompts, params, the loop's greedy tokens), computed once per
     batch size and shared by both engines' cases."""
     profile = bench_settings.profile
@@ -27,8 +27,7 @@ def engine_work(model, prompt_ids, bench_settings):
 
     def get(batch: int):
         if batch not in cases:
-            prompts = [prompt_ids(profile.engine_prompt_tokens, offset=i * 37)
-                       for i in range(batch)]
+            prompts = prompt_batch(batch, profile.engine_prompt_tokens)
             reference = [r.token_ids for r in generate_static_batch(model, prompts, params)]
             cases[batch] = (prompts, params, reference)
         return cases[batch]
