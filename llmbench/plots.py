@@ -45,7 +45,6 @@ class PlotOutcome:
     skipped: str | None = None
 
 
-
 @dataclass(frozen=True)
 class PlotSpec:
     file: str

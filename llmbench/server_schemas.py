@@ -11,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .config import SamplingParams, default_of
 
-# Below this, logits / temperature overflows float32 and sampling fails; 0 means greedy.
+# The API's floor for a sampling temperature; 0 means greedy. The sampler itself copes with
+# any positive value (it shifts scores first), but anything below this is greedy in all but
+# name, and a client sending it has most likely mixed up units.
 MIN_TEMPERATURE = 1e-5
 MAX_SEED = 2**63 - 1
 
@@ -35,7 +37,6 @@ _NEUTRAL = {"stop": (None, []), "n": (None, 1), "logprobs": (None, False, 0),
             "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
             "logit_bias": (None, {}), "suffix": (None, ""), "tools": (None, []),
             "tool_choice": (None, "none"), "response_format": (None, {"type": "text"})}
-
 
 
 def request_models(cap: int) -> dict[str, type[BaseModel]]:
