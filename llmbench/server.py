@@ -3,7 +3,8 @@
 Routes: `POST /generate` (one JSON answer with timings), `POST /stream` (Server-Sent Events,
 one `token` event per token, then a `done` event with the metrics), the OpenAI-compatible
 `POST /v1/completions` and `POST /v1/chat/completions` (plain or streamed, `data: [DONE]`
-last), `GET /v1/models`, `GET /health`, and FastAPI's `/openapi.json` and `/docs`.
+last), `GET /v1/models`, `GET`/`HEAD /health`, and FastAPI's `/openapi.json` and `/docs`.
+Streams are sent with `Cache-Control: no-cache`.
 
 Sampling defaults come from `SamplingParams` on every route, so the OpenAI routes are greedy
 unless `temperature` is given (OpenAI's own default is 1). `top_k` and `ignore_eos` are
@@ -21,6 +22,7 @@ request, which leaves the batch at the next step.
 
 import asyncio
 import contextlib
+import errno
 import logging
 import socket
 import threading
@@ -151,9 +153,10 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
                 "tokens_per_second": outcome.output_tokens / latency if latency > 0 else 0.0,
                 "finish_reason": outcome.finish_reason}
 
+    @app.head("/health")
     @app.get("/health")
     async def health() -> dict:
-        """Liveness, and what is being served."""
+        """Liveness, and what is being served (HEAD: the status alone)."""
         return {"status": "ok", "model": lm.name, "fingerprint": lm.fingerprint,
                 "device": str(lm.device), "dtype": str(lm.dtype).removeprefix("torch."),
                 "max_batch_size": settings.max_batch_size, "active": scheduler.num_active,
@@ -205,19 +208,45 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
     return app
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on host:port (port 0 picks a free one), or a `UserError` saying
+    why not: taken before the model loads, so that a busy port fails at once."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise UserError(f"cannot resolve --host {host!r} ({exc.strerror}): pass an address "
+                        "such as 127.0.0.1") from None
+    # proto=IPPROTO_TCP, not 0: asyncio only disables Nagle on sockets that say they are
+    # TCP, and with Nagle each streamed token waits for the client's delayed ACK (~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen()  # holds the port: two sockets may bind one port until one listens
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise UserError(f"port {port} on {host} is already in use: stop what is "
+                            "listening there, or pass another --port (0 picks a free one)"
+                            ) from None
+        raise UserError(f"cannot listen on {host}:{port} ({exc.strerror}): pass another "
+                        "--host or --port") from None
+    return sock
+
+
+def uvicorn_server(app: FastAPI):
+    """A uvicorn server for `app`, not started: `.run(sockets=[...])` serves until stopped."""
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
+
+
 @contextlib.contextmanager
 def running_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Serve `app` with uvicorn on a background thread; yields the base URL (port 0 picks a
     free port) and shuts the server down on exit."""
-    import uvicorn
-
-    # proto=IPPROTO_TCP, not 0: asyncio only disables Nagle on sockets that say they are
-    # TCP, and with Nagle each streamed token waits for the client's delayed ACK (~40 ms).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
+    sock = listening_socket(host, port)
+    server = uvicorn_server(app)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
