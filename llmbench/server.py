@@ -10,20 +10,22 @@ Sampling defaults come from `SamplingParams` on every route, so the OpenAI route
 unless `temperature` is given (OpenAI's own default is 1). `top_k` and `ignore_eos` are
 accepted on the OpenAI routes as extensions, as vLLM does (the `openai` client sends them
 with `extra_body`). OpenAI parameters that would change the work done (`stop`, `n` > 1,
-`logprobs`, penalties, ...) are rejected with 422 rather than silently ignored; unknown
-fields are rejected too. `user` is accepted and ignored; `null` means "use the default".
+`logprobs`, penalties, ...) are refused rather than silently ignored; unknown fields are
+refused too. `user` is accepted and ignored; `null` means "use the default".
+`model` must be the served model's name (the one `/v1/models` lists) or absent.
 
-Errors: invalid input -> 422 with `detail: [{loc, msg, type}]` naming the field; a prompt
-that does not fit the context -> 422 stating the limit; a body over `max_body_bytes` ->
-413; a body that is not UTF-8 -> 400 (FastAPI's); a full queue -> 503; unknown route ->
-404. A client that disconnects cancels its
-request, which leaves the batch at the next step.
+Errors (see `http_errors`): natively, invalid input -> 422 with `detail: [{loc, msg, type}]`
+naming the field; on `/v1/...`, invalid input -> 400 and every other refusal in OpenAI's
+shape `{"error": {message, type, param, code}}`, an unknown model -> 404 `model_not_found`.
+Invalid input includes a body that is not JSON (or not sent as `application/json`) and a
+prompt that does not fit the context. A body over `max_body_bytes` -> 413; a body that is
+not UTF-8 -> 400 (FastAPI's); a full queue -> 503; unknown route -> 404. A client that
+disconnects cancels its request, which leaves the batch at the next step.
 """
 
 import asyncio
 import contextlib
 import errno
-import logging
 import socket
 import threading
 import time
@@ -31,11 +33,10 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from starlette.requests import Request as HTTPRequest
 
-from . import __version__, openai_api
+from . import __version__, http_errors, openai_api
 from .engine import TokenEvent
 from .errors import UserError
 from .models import LoadedModel
@@ -45,8 +46,6 @@ from .scheduler import Scheduler
 from .server_schemas import GenerateResponse, request_models
 from .serving import Generations, failure
 from .streaming import event_stream, sse
-
-log = logging.getLogger("llmbench.server")
 
 
 @dataclass(frozen=True)
@@ -70,42 +69,6 @@ class ServerSettings:
                 raise UserError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
-# -- the app ---------------------------------------------------------------------------
-
-
-class _BodyLimit:
-    """Answer 413 before the app sees a body over `max_bytes` (declared or streamed)."""
-
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        too_large = JSONResponse({"detail": f"request body exceeds {self.max_bytes} bytes"},
-                                 status_code=413)
-        declared = dict(scope["headers"]).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            return await too_large(scope, receive, send)
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client left before sending its body
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.max_bytes:
-                return await too_large(scope, receive, send)
-            if not message.get("more_body", False):
-                break
-        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
-
-        async def replay():
-            return pending.pop() if pending else await receive()
-
-        await self.app(scope, replay, send)
-
-
 def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
     """The app for `lm`; its scheduler (`app.state.scheduler`) starts on the first request
     or at startup, and stops at shutdown."""
@@ -123,25 +86,7 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
     app = FastAPI(title="llmbench serve", version=__version__, lifespan=lifespan,
                   description=__doc__)
     app.state.scheduler, app.state.lm, app.state.settings = scheduler, lm, settings
-    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_, exc: RequestValidationError):
-        # Only loc, msg and type: `input` and `ctx` may hold values JSON cannot encode (NaN).
-        detail = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")),
-                   "type": str(e.get("type", ""))} for e in exc.errors()]
-        return JSONResponse({"detail": detail}, status_code=422)
-
-    @app.exception_handler(UserError)
-    async def user_error(_, exc: UserError):
-        return JSONResponse({"detail": [{"loc": ["body"], "msg": str(exc),
-                                         "type": "value_error"}]}, status_code=422)
-
-    @app.exception_handler(Exception)
-    async def internal(_, exc: Exception):
-        log.exception("unhandled error", exc_info=exc)
-        return JSONResponse({"detail": f"internal error ({type(exc).__name__}); see the server "
-                                       "log"}, status_code=500)
+    http_errors.install(app, settings.max_body_bytes)
 
     def metrics(request: Request, outcome: Outcome, first: TokenEvent | None,
                 received: float) -> dict:

@@ -1,5 +1,5 @@
-"""The server's transport: streams are not cached, HEAD answers like GET, and a port that
-is already taken is one line and exit 2."""
+"""Inputs at the edges of what the server accepts: bodies that are not JSON, streams and
+caches, HEAD, and a port that is already taken."""
 
 import os
 import socket
@@ -28,6 +28,21 @@ def app(tiny_lm):
 def client(app):
     """The app in-process: enough for validation and headers."""
     return TestClient(app)
+
+
+def test_a_body_not_sent_as_json_says_so(client):
+    for headers, content in [({"content-type": "application/x-www-form-urlencoded"},
+                              b'{"prompt":"hi"}'),
+                             ({"content-type": "text/plain"}, b'{"prompt":"hi"}')]:
+        response = client.post("/generate", content=content, headers=headers)
+        assert response.status_code == 422
+        [error] = response.json()["detail"]
+        assert error["loc"] == ["body"] and error["type"] == "content_type"
+        assert "Content-Type: application/json" in error["msg"]
+        assert headers["content-type"] in error["msg"]
+    vendor_json = client.post("/generate", content=b'{"prompt":"hi","max_new_tokens":1}',
+                              headers={"content-type": "application/vnd.api+json"})
+    assert vendor_json.status_code == 200
 
 
 def test_streams_are_not_cached(client):
