@@ -25,6 +25,8 @@ def register(app: FastAPI, generations: Generations, schemas: dict[str, type[Bas
     lm = generations.lm
     CompletionRequest, ChatRequest = schemas["completion"], schemas["chat"]  # noqa: N806
 
+    vocab_size = lm.model.get_input_embeddings().num_embeddings
+
     def check_model(body) -> None:
         # A request for another model must not get this one's answer.
         if body.model is not None and body.model != lm.name:
@@ -92,9 +94,16 @@ def register(app: FastAPI, generations: Generations, schemas: dict[str, type[Bas
 
     @app.post("/v1/completions", responses=OPENAI_RESPONSES)
     async def completions(body: CompletionRequest, http: HTTPRequest):
-        """OpenAI-compatible text completion (the prompt is used as raw text)."""
+        """OpenAI-compatible text completion: the prompt is raw text (no chat template) or
+        token ids."""
         check_model(body)
-        ids = encode(lm.tokenizer, body.prompt, chat=False)
+        if isinstance(body.prompt, str):
+            ids = encode(lm.tokenizer, body.prompt, chat=False)
+        elif max(body.prompt) >= vocab_size:
+            raise invalid(["body", "prompt"], f"token id {max(body.prompt)} is outside the "
+                                              f"vocabulary (0..{vocab_size - 1})")
+        else:
+            ids = body.prompt
         return await respond(http, body, ids, body.max_tokens, "text")
 
     @app.post("/v1/chat/completions", responses=OPENAI_RESPONSES)

@@ -6,13 +6,19 @@ one `token` event per token, then a `done` event with the metrics), the OpenAI-c
 last), `GET /v1/models`, `GET`/`HEAD /health`, and FastAPI's `/openapi.json` and `/docs`.
 Streams are sent with `Cache-Control: no-cache`.
 
-Sampling defaults come from `SamplingParams` on every route, so the OpenAI routes are greedy
-unless `temperature` is given (OpenAI's own default is 1). `top_k` and `ignore_eos` are
-accepted on the OpenAI routes as extensions, as vLLM does (the `openai` client sends them
-with `extra_body`). OpenAI parameters that would change the work done (`stop`, `n` > 1,
-`logprobs`, penalties, ...) are refused rather than silently ignored; unknown fields are
-refused too. `user` is accepted and ignored; `null` means "use the default".
-`model` must be the served model's name (the one `/v1/models` lists) or absent.
+Native requests may name the token limit `max_new_tokens`, `max_output_tokens` or
+`token_limit` (one of them), and the answer gives some metrics under two names as well
+(`latency_s`, `timing`, `token_count`, `throughput`, `cache_usage`), so that clients written
+for other small servers work as they are. On every route `null` for an optional field means
+"use the default". Sampling defaults come from `SamplingParams` on every route, so the
+OpenAI routes are greedy unless `temperature` is given (OpenAI's own default is 1).
+
+OpenAI routes: `model` must be the served model's name (the one `/v1/models` lists) or
+absent; `/v1/completions` takes text or token ids. `top_k` and `ignore_eos` are accepted as
+extensions, as vLLM does (the `openai` client sends them with `extra_body`). `user`,
+`store`, `metadata`, `parallel_tool_calls` and `service_tier` are accepted and ignored.
+Parameters that would change the work done (`stop`, `n` > 1, `logprobs`, penalties, ...)
+are refused unless neutral rather than silently ignored; unknown fields are refused too.
 
 Errors (see `http_errors`): natively, invalid input -> 422 with `detail: [{loc, msg, type}]`
 naming the field; on `/v1/...`, invalid input -> 400 and every other refusal in OpenAI's
@@ -36,14 +42,14 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from starlette.requests import Request as HTTPRequest
 
-from . import __version__, http_errors, openai_api
+from . import __version__, http_errors, openai_api, openapi_spec
 from .engine import TokenEvent
 from .errors import UserError
 from .models import LoadedModel
 from .prompts import encode
 from .scheduled_request import Outcome, Request
 from .scheduler import Scheduler
-from .server_schemas import GenerateResponse, request_models
+from .server_schemas import GenerateResponse, request_models, with_other_names
 from .serving import Generations, failure
 from .streaming import event_stream, sse
 
@@ -92,11 +98,12 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
                 received: float) -> dict:
         offset = request.submitted_at - received  # report times from the request's arrival
         latency = outcome.latency_s + offset
-        return {"input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens,
-                "ttft_ms": 1e3 * (first.time_s + offset) if first else None,
-                "latency_ms": 1e3 * latency,
-                "tokens_per_second": outcome.output_tokens / latency if latency > 0 else 0.0,
-                "finish_reason": outcome.finish_reason}
+        return with_other_names({
+            "input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens,
+            "ttft_ms": 1e3 * (first.time_s + offset) if first else None,
+            "latency_ms": 1e3 * latency,
+            "tokens_per_second": outcome.output_tokens / latency if latency > 0 else 0.0,
+            "finish_reason": outcome.finish_reason})
 
     @app.head("/health")
     @app.get("/health")
@@ -150,6 +157,7 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
         return event_stream(events(), request)
 
     openai_api.register(app, generations, schemas)
+    openapi_spec.publish_as_enforced(app, [*schemas.values(), GenerateResponse])
     return app
 
 

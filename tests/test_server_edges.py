@@ -1,5 +1,6 @@
-"""Inputs at the edges of what the server accepts: bodies that are not JSON, streams and
-caches, HEAD, and a port that is already taken."""
+"""Inputs at the edges of what the server accepts: field names and nulls on the native
+routes, bodies that are not JSON, a top_p below float32's range, streams and caches, HEAD,
+and a port that is already taken."""
 
 import os
 import socket
@@ -30,6 +31,37 @@ def client(app):
     return TestClient(app)
 
 
+@pytest.mark.parametrize("name", ["max_new_tokens", "max_output_tokens", "token_limit"])
+def test_each_name_of_the_token_limit_is_honoured(client, name):
+    body = client.post("/generate", json={**PROMPT, name: 3}).json()
+    assert body["output_tokens"] == 3
+    refused = client.post("/generate", json={**PROMPT, name: CAP + 1})
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", name]
+
+
+def test_two_names_of_the_token_limit_at_once_are_refused(client):
+    for names in (["max_new_tokens", "token_limit"], ["max_output_tokens", "token_limit"]):
+        response = client.post("/generate", json={**PROMPT, **dict.fromkeys(names, 3)})
+        assert response.status_code == 422
+        [error] = response.json()["detail"]
+        assert error["loc"] == ["body"]
+        assert f"{' and '.join(names)} are names of the same field (max_new_tokens)" in \
+            error["msg"]
+
+
+def test_null_for_an_optional_native_field_means_its_default(client):
+    fields = ["temperature", "top_k", "top_p", "seed", "ignore_eos", "max_new_tokens", "chat"]
+    plain = client.post("/generate", json={"prompt": "Say something."}).json()
+    for route in ("/generate", "/stream"):
+        response = client.post(route, json={"prompt": "Say something.",
+                                            **dict.fromkeys(fields)})
+        assert response.status_code == 200, (route, response.text)
+    nulled = client.post("/generate", json={"prompt": "Say something.",
+                                            **dict.fromkeys(fields)}).json()
+    assert nulled["token_ids"] == plain["token_ids"]
+    assert client.post("/generate", json={"prompt": None}).status_code == 422
+
+
 def test_a_body_not_sent_as_json_says_so(client):
     for headers, content in [({"content-type": "application/x-www-form-urlencoded"},
                               b'{"prompt":"hi"}'),
@@ -43,6 +75,19 @@ def test_a_body_not_sent_as_json_says_so(client):
     vendor_json = client.post("/generate", content=b'{"prompt":"hi","max_new_tokens":1}',
                               headers={"content-type": "application/vnd.api+json"})
     assert vendor_json.status_code == 200
+
+
+@pytest.mark.parametrize(("route", "body", "output"), [
+    ("/generate", {"prompt": "hi", "max_new_tokens": 4}, lambda r: r["token_ids"]),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 4}, lambda r: r["choices"]),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                              "max_tokens": 4}, lambda r: r["choices"]),
+])
+def test_a_top_p_below_float32_samples_the_best_token(client, route, body, output):
+    # 1e-300 is a valid top_p that float32 rounds to 0: only the best token may remain.
+    sampled = client.post(route, json={**body, "temperature": 1, "top_p": 1e-300})
+    assert sampled.status_code == 200, sampled.text
+    assert output(sampled.json()) == output(client.post(route, json=body).json())
 
 
 def test_streams_are_not_cached(client):

@@ -1,6 +1,6 @@
 """The OpenAI-compatible routes as OpenAI clients see them: refusals in OpenAI's error shape
-(400, `param` naming the field) that the official client raises as `BadRequestError`, and
-an unknown model as 404 `model_not_found`."""
+(400, `param` naming the field) that the official client raises as `BadRequestError`, an
+unknown model as 404 `model_not_found`, harmless client fields accepted, token-id prompts."""
 
 import httpx
 import openai
@@ -77,3 +77,32 @@ def test_an_unknown_model_is_404_model_not_found(api):
         assert (caught.value.code, caught.value.param) == ("model_not_found", "model")
         assert "`gpt-4o` does not exist" in caught.value.message
         assert "`tiny`" in caught.value.message
+
+
+def test_harmless_client_fields_are_accepted_and_ignored(api):
+    plain = api.chat.completions.create(**CHAT, max_tokens=4, extra_body={"ignore_eos": True})
+    decorated = api.chat.completions.create(
+        **CHAT, max_tokens=4, user="u-1", store=False, metadata={"team": "perf"},
+        parallel_tool_calls=False, service_tier="auto", extra_body={"ignore_eos": True})
+    assert decorated.choices[0].message.content == plain.choices[0].message.content
+    completion = api.completions.create(model="tiny", prompt="Hi", max_tokens=2, user="u-1",
+                                        extra_body={"store": True, "metadata": {"a": "b"}})
+    assert completion.usage.completion_tokens <= 2
+
+
+def test_a_prompt_of_token_ids_equals_its_text(api, tiny_lm):
+    text = "Once upon a time"
+    ids = tiny_lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+    ask = lambda prompt: api.completions.create(  # noqa: E731
+        model="tiny", prompt=prompt, max_tokens=5, extra_body={"ignore_eos": True})
+    by_text = ask(text)
+    for prompt in (ids, [ids]):
+        by_ids = ask(prompt)
+        assert by_ids.choices[0].text == by_text.choices[0].text
+        assert by_ids.usage.prompt_tokens == len(ids) == by_text.usage.prompt_tokens
+    for prompt, reason in [([len(tiny_lm.tokenizer) + 10**6], "outside the vocabulary"),
+                           ([ids, ids], "pass one prompt"), ([], "non-empty"),
+                           ([-1], "integers >= 0"), ([[1], "a"], "pass one prompt")]:
+        with pytest.raises(openai.BadRequestError) as caught:
+            ask(prompt)
+        assert caught.value.param == "prompt" and reason in caught.value.message, prompt
