@@ -79,22 +79,22 @@ def register(subparsers) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from .cli import engine_config
     from .models import load_model
-    from .server import ServerSettings, create_app
+    from .server import ServerSettings, create_app, listening_socket, uvicorn_server
 
     settings = ServerSettings(host=args.host, port=args.port,
                               max_batch_size=args.max_batch_size,
                               max_new_tokens_cap=args.max_new_tokens_cap)
-    lm = load_model(engine_config(args))
-    app = create_app(lm, settings)
-    app.state.scheduler.start()  # warm up, and refuse an unsupported model, before binding
-    print(f"llmbench serve: {lm.name} on {lm.device} at http://{settings.host}:{settings.port}"
-          " (API docs at /docs)", file=sys.stderr)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                timeout_graceful_shutdown=5)
+    # Take the port first: a busy port is one line now, not after loading the model.
+    sock = listening_socket(settings.host, settings.port)
+    with sock:
+        lm = load_model(engine_config(args))
+        app = create_app(lm, settings)
+        app.state.scheduler.start()  # warm up, and refuse an unsupported model, before serving
+        print(f"llmbench serve: {lm.name} on {lm.device} at http://{settings.host}:"
+              f"{sock.getsockname()[1]} (API docs at /docs)", file=sys.stderr)
+        uvicorn_server(app).run(sockets=[sock])
     return EXIT_OK
 
 

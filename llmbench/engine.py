@@ -109,9 +109,11 @@ def sample_next(logits: torch.Tensor, params: SamplingParams,
     if params.top_p < 1.0:
         sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
         probs = sorted_scores.softmax(dim=-1)
-        # Drop a token when the tokens ranked above it already cover top_p; the best
-        # token always survives.
+        # Drop a token when the tokens ranked above it already cover top_p. The best token
+        # always survives, also when top_p is below float32's smallest value (~1e-45) and
+        # the comparison sees 0: with every token dropped, softmax is NaN and sampling fails.
         drop = (probs.cumsum(dim=-1) - probs) >= params.top_p
+        drop[:, 0] = False
         sorted_scores = sorted_scores.masked_fill(drop, float("-inf"))
         scores = torch.full_like(scores, float("-inf")).scatter(-1, order, sorted_scores)
     probs = scores.softmax(dim=-1)

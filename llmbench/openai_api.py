@@ -12,6 +12,7 @@ from starlette.requests import Request as HTTPRequest
 
 from .engine import TokenEvent
 from .errors import UserError
+from .http_errors import OPENAI_RESPONSES, OpenAIError
 from .prompts import encode, encode_chat
 from .scheduled_request import Outcome
 from .serving import Generations, failure, invalid
@@ -23,6 +24,15 @@ def register(app: FastAPI, generations: Generations, schemas: dict[str, type[Bas
     """Add the OpenAI-compatible routes to `app`; `schemas` are its request models."""
     lm = generations.lm
     CompletionRequest, ChatRequest = schemas["completion"], schemas["chat"]  # noqa: N806
+
+    vocab_size = lm.model.get_input_embeddings().num_embeddings
+
+    def check_model(body) -> None:
+        # A request for another model must not get this one's answer.
+        if body.model is not None and body.model != lm.name:
+            raise OpenAIError(404, f"The model `{body.model}` does not exist: this server "
+                                   f"serves `{lm.name}` (see /v1/models)", param="model",
+                              code="model_not_found")
 
     async def respond(http: HTTPRequest, body, ids: list[int], max_tokens: int | None,
                       kind: str):
@@ -72,7 +82,7 @@ def register(app: FastAPI, generations: Generations, schemas: dict[str, type[Bas
                     continue
                 if item.finish_reason in ("cancelled", "error"):
                     yield sse({"error": {"message": item.error or "cancelled",
-                                         "type": "server_error"}})
+                                         "type": "server_error", "param": None, "code": None}})
                     break
                 yield sse({**chunk_head, "choices": [choice(delta or None, item.finish_reason,
                                                             True)], **extra})
@@ -82,15 +92,24 @@ def register(app: FastAPI, generations: Generations, schemas: dict[str, type[Bas
 
         return event_stream(chunks(), request)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", responses=OPENAI_RESPONSES)
     async def completions(body: CompletionRequest, http: HTTPRequest):
-        """OpenAI-compatible text completion (the prompt is used as raw text)."""
-        ids = encode(lm.tokenizer, body.prompt, chat=False)
+        """OpenAI-compatible text completion: the prompt is raw text (no chat template) or
+        token ids."""
+        check_model(body)
+        if isinstance(body.prompt, str):
+            ids = encode(lm.tokenizer, body.prompt, chat=False)
+        elif max(body.prompt) >= vocab_size:
+            raise invalid(["body", "prompt"], f"token id {max(body.prompt)} is outside the "
+                                              f"vocabulary (0..{vocab_size - 1})")
+        else:
+            ids = body.prompt
         return await respond(http, body, ids, body.max_tokens, "text")
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses=OPENAI_RESPONSES)
     async def chat_completions(body: ChatRequest, http: HTTPRequest):
         """OpenAI-compatible chat completion through the model's chat template."""
+        check_model(body)
         if body.max_tokens and body.max_completion_tokens and \
                 body.max_tokens != body.max_completion_tokens:
             raise invalid(["body", "max_completion_tokens"],

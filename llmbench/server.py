@@ -3,25 +3,35 @@
 Routes: `POST /generate` (one JSON answer with timings), `POST /stream` (Server-Sent Events,
 one `token` event per token, then a `done` event with the metrics), the OpenAI-compatible
 `POST /v1/completions` and `POST /v1/chat/completions` (plain or streamed, `data: [DONE]`
-last), `GET /v1/models`, `GET /health`, and FastAPI's `/openapi.json` and `/docs`.
+last), `GET /v1/models`, `GET`/`HEAD /health`, and FastAPI's `/openapi.json` and `/docs`.
+Streams are sent with `Cache-Control: no-cache`.
 
-Sampling defaults come from `SamplingParams` on every route, so the OpenAI routes are greedy
-unless `temperature` is given (OpenAI's own default is 1). `top_k` and `ignore_eos` are
-accepted on the OpenAI routes as extensions, as vLLM does (the `openai` client sends them
-with `extra_body`). OpenAI parameters that would change the work done (`stop`, `n` > 1,
-`logprobs`, penalties, ...) are rejected with 422 rather than silently ignored; unknown
-fields are rejected too. `user` is accepted and ignored; `null` means "use the default".
+Native requests may name the token limit `max_new_tokens`, `max_output_tokens` or
+`token_limit` (one of them), and the answer gives some metrics under two names as well
+(`latency_s`, `timing`, `token_count`, `throughput`, `cache_usage`), so that clients written
+for other small servers work as they are. On every route `null` for an optional field means
+"use the default". Sampling defaults come from `SamplingParams` on every route, so the
+OpenAI routes are greedy unless `temperature` is given (OpenAI's own default is 1).
 
-Errors: invalid input -> 422 with `detail: [{loc, msg, type}]` naming the field; a prompt
-that does not fit the context -> 422 stating the limit; a body over `max_body_bytes` ->
-413; a body that is not UTF-8 -> 400 (FastAPI's); a full queue -> 503; unknown route ->
-404. A client that disconnects cancels its
-request, which leaves the batch at the next step.
+OpenAI routes: `model` must be the served model's name (the one `/v1/models` lists) or
+absent; `/v1/completions` takes text or token ids. `top_k` and `ignore_eos` are accepted as
+extensions, as vLLM does (the `openai` client sends them with `extra_body`). `user`,
+`store`, `metadata`, `parallel_tool_calls` and `service_tier` are accepted and ignored.
+Parameters that would change the work done (`stop`, `n` > 1, `logprobs`, penalties, ...)
+are refused unless neutral rather than silently ignored; unknown fields are refused too.
+
+Errors (see `http_errors`): natively, invalid input -> 422 with `detail: [{loc, msg, type}]`
+naming the field; on `/v1/...`, invalid input -> 400 and every other refusal in OpenAI's
+shape `{"error": {message, type, param, code}}`, an unknown model -> 404 `model_not_found`.
+Invalid input includes a body that is not JSON (or not sent as `application/json`) and a
+prompt that does not fit the context. A body over `max_body_bytes` -> 413; a body that is
+not UTF-8 -> 400 (FastAPI's); a full queue -> 503; unknown route -> 404. A client that
+disconnects cancels its request, which leaves the batch at the next step.
 """
 
 import asyncio
 import contextlib
-import logging
+import errno
 import socket
 import threading
 import time
@@ -29,22 +39,19 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from starlette.requests import Request as HTTPRequest
 
-from . import __version__, openai_api
+from . import __version__, http_errors, openai_api, openapi_spec
 from .engine import TokenEvent
 from .errors import UserError
 from .models import LoadedModel
 from .prompts import encode
 from .scheduled_request import Outcome, Request
 from .scheduler import Scheduler
-from .server_schemas import GenerateResponse, request_models
+from .server_schemas import GenerateResponse, request_models, with_other_names
 from .serving import Generations, failure
 from .streaming import event_stream, sse
-
-log = logging.getLogger("llmbench.server")
 
 
 @dataclass(frozen=True)
@@ -68,42 +75,6 @@ class ServerSettings:
                 raise UserError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
-# -- the app ---------------------------------------------------------------------------
-
-
-class _BodyLimit:
-    """Answer 413 before the app sees a body over `max_bytes` (declared or streamed)."""
-
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        too_large = JSONResponse({"detail": f"request body exceeds {self.max_bytes} bytes"},
-                                 status_code=413)
-        declared = dict(scope["headers"]).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            return await too_large(scope, receive, send)
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client left before sending its body
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.max_bytes:
-                return await too_large(scope, receive, send)
-            if not message.get("more_body", False):
-                break
-        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
-
-        async def replay():
-            return pending.pop() if pending else await receive()
-
-        await self.app(scope, replay, send)
-
-
 def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
     """The app for `lm`; its scheduler (`app.state.scheduler`) starts on the first request
     or at startup, and stops at shutdown."""
@@ -121,39 +92,23 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
     app = FastAPI(title="llmbench serve", version=__version__, lifespan=lifespan,
                   description=__doc__)
     app.state.scheduler, app.state.lm, app.state.settings = scheduler, lm, settings
-    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_, exc: RequestValidationError):
-        # Only loc, msg and type: `input` and `ctx` may hold values JSON cannot encode (NaN).
-        detail = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")),
-                   "type": str(e.get("type", ""))} for e in exc.errors()]
-        return JSONResponse({"detail": detail}, status_code=422)
-
-    @app.exception_handler(UserError)
-    async def user_error(_, exc: UserError):
-        return JSONResponse({"detail": [{"loc": ["body"], "msg": str(exc),
-                                         "type": "value_error"}]}, status_code=422)
-
-    @app.exception_handler(Exception)
-    async def internal(_, exc: Exception):
-        log.exception("unhandled error", exc_info=exc)
-        return JSONResponse({"detail": f"internal error ({type(exc).__name__}); see the server "
-                                       "log"}, status_code=500)
+    http_errors.install(app, settings.max_body_bytes)
 
     def metrics(request: Request, outcome: Outcome, first: TokenEvent | None,
                 received: float) -> dict:
         offset = request.submitted_at - received  # report times from the request's arrival
         latency = outcome.latency_s + offset
-        return {"input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens,
-                "ttft_ms": 1e3 * (first.time_s + offset) if first else None,
-                "latency_ms": 1e3 * latency,
-                "tokens_per_second": outcome.output_tokens / latency if latency > 0 else 0.0,
-                "finish_reason": outcome.finish_reason}
+        return with_other_names({
+            "input_tokens": outcome.input_tokens, "output_tokens": outcome.output_tokens,
+            "ttft_ms": 1e3 * (first.time_s + offset) if first else None,
+            "latency_ms": 1e3 * latency,
+            "tokens_per_second": outcome.output_tokens / latency if latency > 0 else 0.0,
+            "finish_reason": outcome.finish_reason})
 
+    @app.head("/health")
     @app.get("/health")
     async def health() -> dict:
-        """Liveness, and what is being served."""
+        """Liveness, and what is being served (HEAD: the status alone)."""
         return {"status": "ok", "model": lm.name, "fingerprint": lm.fingerprint,
                 "device": str(lm.device), "dtype": str(lm.dtype).removeprefix("torch."),
                 "max_batch_size": settings.max_batch_size, "active": scheduler.num_active,
@@ -202,22 +157,49 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
         return event_stream(events(), request)
 
     openai_api.register(app, generations, schemas)
+    openapi_spec.publish_as_enforced(app, [*schemas.values(), GenerateResponse])
     return app
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on host:port (port 0 picks a free one), or a `UserError` saying
+    why not: taken before the model loads, so that a busy port fails at once."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise UserError(f"cannot resolve --host {host!r} ({exc.strerror}): pass an address "
+                        "such as 127.0.0.1") from None
+    # proto=IPPROTO_TCP, not 0: asyncio only disables Nagle on sockets that say they are
+    # TCP, and with Nagle each streamed token waits for the client's delayed ACK (~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen()  # holds the port: two sockets may bind one port until one listens
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise UserError(f"port {port} on {host} is already in use: stop what is "
+                            "listening there, or pass another --port (0 picks a free one)"
+                            ) from None
+        raise UserError(f"cannot listen on {host}:{port} ({exc.strerror}): pass another "
+                        "--host or --port") from None
+    return sock
+
+
+def uvicorn_server(app: FastAPI):
+    """A uvicorn server for `app`, not started: `.run(sockets=[...])` serves until stopped."""
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
 
 
 @contextlib.contextmanager
 def running_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Serve `app` with uvicorn on a background thread; yields the base URL (port 0 picks a
     free port) and shuts the server down on exit."""
-    import uvicorn
-
-    # proto=IPPROTO_TCP, not 0: asyncio only disables Nagle on sockets that say they are
-    # TCP, and with Nagle each streamed token waits for the client's delayed ACK (~40 ms).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
+    sock = listening_socket(host, port)
+    server = uvicorn_server(app)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

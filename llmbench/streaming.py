@@ -54,6 +54,8 @@ def sse(data: dict | str, event: str | None = None) -> str:
 
 def event_stream(frames: AsyncIterator[str], request: Request) -> StreamingResponse:
     # The background task cancels the request even when the client leaves before the
-    # first frame, when the frame generator never starts and so never cleans up.
+    # first frame, when the frame generator never starts and so never cleans up. No-cache:
+    # a proxy or browser must not store one stream and replay it for another request.
     return StreamingResponse(frames, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"},
                              background=BackgroundTask(request.cancel))

@@ -156,6 +156,17 @@ def test_generate_json_is_the_same_from_both_engines(capsys):
     assert loop["input_tokens"] == hf["input_tokens"]
 
 
+@pytest.mark.parametrize("engine", ["loop", "hf"])
+def test_generate_with_a_top_p_below_float32_equals_greedy(capsys, engine):
+    # 1e-300 rounds to 0 in float32; the sampler must still keep the best token.
+    base = ["generate", "--model", "tiny", "--device", "cpu", "--max-new-tokens", "4",
+            "--fixed-length", "--json", "--engine", engine]
+    code, out, err = run_main([*base, "--temperature", "1", "--top-p", "1e-300"], capsys)
+    assert code == 0 and "Traceback" not in err, err
+    greedy = json.loads(run_main(base, capsys)[1])
+    assert json.loads(out)["token_ids"] == greedy["token_ids"]
+
+
 def test_generate_plain_prints_text_then_a_summary_line(capsys):
     code, out, err = run_main(["generate", "--model", "tiny", "--device", "cpu",
                                "--max-new-tokens", "3", "--fixed-length"], capsys)

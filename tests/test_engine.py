@@ -271,9 +271,12 @@ def test_top_k_one_always_gives_the_argmax(temperature):
     assert picked.tolist() == [1, 0, 2] * 200
 
 
-def test_tiny_top_p_keeps_only_the_best_token():
+# 1e-300 and 5e-324 are valid top_p values that float32 rounds to 0.
+@pytest.mark.parametrize("top_p", [1e-6, 1e-300, 5e-324])
+@pytest.mark.parametrize(("temperature", "top_k"), [(5.0, 0), (1.0, 2), (1e-30, 0), (1e30, 1)])
+def test_tiny_top_p_keeps_only_the_best_token(top_p, temperature, top_k):
     rows = LOGITS.repeat(200, 1)
-    params = SamplingParams(temperature=5.0, top_p=1e-6)
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
     assert sample_next(rows, params, _seeded()).tolist() == [1, 0, 2] * 200
 
 
