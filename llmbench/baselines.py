@@ -254,6 +254,15 @@ def latest_run(folder: str | os.PathLike, environment: Mapping | None = None,
     return None
 
 
+def is_same_run(a: Run, b: Run) -> bool:
+    """Whether two loaded runs are one run (the same file, a copy, or the same path spelled
+    twice): every benchmark they share has identical samples. Two separate runs never agree
+    to the nanosecond on every round of every benchmark."""
+    common = [k for k in a.benchmarks if k in b.benchmarks]
+    return bool(common) and all(a.benchmarks[k].samples == b.benchmarks[k].samples
+                                for k in common)
+
+
 def environment_differences(baseline: Mapping | None, candidate: Mapping | None) -> list[str]:
     """What makes two environments incomparable, one readable item each; [] if they match."""
     if baseline is None or candidate is None:

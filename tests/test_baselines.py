@@ -192,3 +192,14 @@ def test_save_numbered_never_overwrites(tmp_path):
         baselines.write_new_json(first, {"n": 3})
     assert json.loads(first.read_text()) == {"n": 1}
     assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
+
+
+def test_same_run_means_identical_samples_in_every_shared_benchmark():
+    run = baselines.run_from_json(make_run(1), "a")
+    assert baselines.is_same_run(run, baselines.run_from_json(make_run(1), "a copy"))
+    one_changed = baselines.run_from_json(make_run(1, factors={"test_prefill[in=32]": 1.01}),
+                                          "b")
+    assert not baselines.is_same_run(run, one_changed)
+    assert not baselines.is_same_run(run, baselines.run_from_json(make_run(2), "c"))
+    other = baselines.run_from_json(make_run(1, benchmarks={"test_other": "other"}), "d")
+    assert not baselines.is_same_run(run, other)  # nothing in common: not one run
