@@ -109,9 +109,38 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
     )
 
 
+SERIAL_ONLY = ("benchmarks must run serially: drop -n, or pass --benchmark-disable for a "
+               "smoke run")
+
+
+def _may_collect_benchmarks(config: pytest.Config) -> bool:
+    """Whether the paths pytest was given (or its testpaths) reach the benchmarks folder."""
+    benchmarks = config.rootpath / "benchmarks"
+    for arg in config.args:
+        path = (config.invocation_params.dir / arg.split("::", 1)[0]).resolve()
+        if path == benchmarks or benchmarks in path.parents or path in benchmarks.parents:
+            return True
+    return False
+
+
+def _refuse_parallel_benchmarks(config: pytest.Config) -> None:
+    """Under xdist pytest-benchmark silently stops timing, and a green run that measured
+    nothing is worse than an error. Refused here, in the controller, before any worker
+    starts (a worker's usage error is only an xdist INTERNALERROR). The library's own tests
+    (`pytest -n auto tests`) and smoke runs (--benchmark-disable) stay parallel."""
+    if (hasattr(config, "workerinput") or config.getoption("dist", default="no") == "no"
+            or config.getoption("collectonly")):
+        return
+    if config.getoption("benchmark_disable") or config.getoption("benchmark_skip"):
+        return
+    if _may_collect_benchmarks(config):
+        raise pytest.UsageError(SERIAL_ONLY)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Validate the options once, before any fixture or benchmark sees them."""
+    _refuse_parallel_benchmarks(config)
     config.stash[SETTINGS_KEY] = _settings_from(config)
 
 
@@ -129,10 +158,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     uses_benchmark = any("benchmark" in getattr(i, "fixturenames", ()) for i in items)
     if (uses_benchmark and hasattr(config, "workerinput")
             and not config.getoption("benchmark_disable")):
-        # pytest-benchmark silently stops timing under xdist; a green run that measured
-        # nothing is worse than an error.
-        raise pytest.UsageError("benchmarks must run serially: drop -n, or pass "
-                                "--benchmark-disable for a smoke run")
+        # A backstop for paths the controller could not see reaching benchmarks (e.g.
+        # --pyargs): crashing the run is still better than timing nothing.
+        raise pytest.UsageError(SERIAL_ONLY)
     seed = config.stash[SETTINGS_KEY].shuffle_seed
     if seed is not None:
         random.Random(seed).shuffle(items)
