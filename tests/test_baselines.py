@@ -12,7 +12,7 @@ import pytest
 from gate_runs import ENVIRONMENT, make_run, write_run
 
 from llmbench import baselines
-from llmbench.baselines import EnvironmentMismatch, RunError
+from llmbench.baselines import EnvironmentMismatch, NoBaseline, RunError
 
 DATA = Path(__file__).parent / "data"
 
@@ -158,6 +158,21 @@ def test_latest_run_is_the_newest_of_the_same_environment(tmp_path):
     assert excluded.name == "0001_a.json"
     assert baselines.latest_run(tmp_path / "absent") is None
     assert baselines.latest_run(tmp_path, environment={**ENVIRONMENT, "dtype": "x"}) is None
+
+
+def test_latest_comparable_never_takes_another_machines_run_and_says_why(tmp_path):
+    with pytest.raises(NoBaseline) as none:
+        baselines.latest_comparable(tmp_path, ENVIRONMENT)
+    assert str(none.value) == f"{tmp_path} holds no other run"
+    mine = write_run(tmp_path / "0001_a.json", make_run(1))
+    other_cpu = {**ENVIRONMENT, "device_name": "Another CPU"}
+    write_run(tmp_path / "0002_b.json", make_run(2, environment=other_cpu))
+    assert baselines.latest_comparable(tmp_path, ENVIRONMENT) == mine
+    with pytest.raises(NoBaseline) as excluded:
+        baselines.latest_comparable(tmp_path, ENVIRONMENT, exclude=[mine])
+    assert str(excluded.value) == f"{tmp_path} holds 1 other run, none of this environment"
+    with pytest.raises(NoBaseline, match="no llmbench environment record"):
+        baselines.latest_comparable(tmp_path, None)
 
 
 def test_pool_runs_concatenates_samples_of_shared_benchmarks():
