@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import random
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +83,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "Default: %(default)r")
     group.addoption("--no-save", action="store_true", default=False,
                     help="do not save this run. Default: %(default)r")
+    group.addoption("--saved-path-file", default=None, metavar="FILE",
+                    help="write the saved run's path to FILE, for a script that goes on "
+                         "with it (nox -s bench writes its report from it); no run saved, "
+                         "no FILE written. Default: %(default)r")
 
 
 def _settings_from(config: pytest.Config) -> BenchSettings:
@@ -96,6 +101,10 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
     if opt("server_api") != "native" and not opt("server_url"):
         raise pytest.UsageError("--server-api applies to an external server: pass --server-url "
                                 "too, or drop --server-api")
+    saved_path_file = opt("saved_path_file")
+    if saved_path_file and not Path(saved_path_file).parent.is_dir():
+        raise pytest.UsageError(f"--saved-path-file {saved_path_file}: its folder does not "
+                                "exist; create it or pick a file in an existing folder")
     profile = PROFILES[opt("profile")]
     rounds, warmup = opt("rounds"), opt("warmup_rounds")
     return BenchSettings(
@@ -105,7 +114,7 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
         device=device.type, dtype=str(dtype).removeprefix("torch."),
         shuffle_seed=opt("shuffle_seed"), server_url=opt("server_url"),
         server_api=opt("server_api"), save=not opt("no_save"),
-        baseline_dir=opt("baseline_dir"),
+        baseline_dir=opt("baseline_dir"), saved_path_file=saved_path_file,
     )
 
 
