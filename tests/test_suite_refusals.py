@@ -1,6 +1,6 @@
 """The benchmark suite refuses what it cannot do with one line and pytest's usage-error exit
-(4), before any case runs: a model that cannot be loaded, and benchmarks under xdist. Real
-pytest processes on a copy of the suite."""
+(4), before any case runs: a model that cannot be loaded, benchmarks under xdist, a
+--saved-path-file that cannot be written. Real pytest processes on a copy of the suite."""
 
 from __future__ import annotations
 
@@ -46,6 +46,16 @@ def test_runs_that_select_no_case_never_load_the_model(suite, args, code):
                       **OFFLINE)
     assert proc.returncode == code, _output(proc)[-3000:]
     assert UNKNOWN_MODEL not in _output(proc)
+
+
+def test_a_saved_path_file_in_a_missing_folder_is_refused_before_running(suite, tmp_path):
+    target = tmp_path / "absent" / "saved.txt"
+    proc = run_pytest(suite, "--benchmark-only", "--model", "tiny", f"--saved-path-file={target}",
+                      f"--baseline-dir={tmp_path}", SELECTION[0])
+    assert proc.returncode == USAGE_ERROR, _output(proc)[-3000:]
+    assert proc.stderr.strip() == (f"ERROR: --saved-path-file {target}: its folder does not "
+                                   "exist; create it or pick a file in an existing folder")
+    assert not list(tmp_path.glob("*/*.json"))
 
 
 @pytest.mark.parametrize("args", [["benchmarks"], [], [SELECTION[0]], ["."]])
