@@ -162,9 +162,10 @@ def test_a_folder_compares_its_newest_run(capsys, base, tmp_path):
 
 
 def test_the_installed_command_exits_with_the_codes(base, tmp_path):
+    same = write_run(tmp_path / "same.json", make_run(2))
     slow = write_run(tmp_path / "slow.json", make_run(2, factors={"decode": 2.0}))
     cmd = [sys.executable, "-m", "llmbench", "compare", str(base)]
-    ok = subprocess.run([*cmd, str(base)], capture_output=True, text=True)
+    ok = subprocess.run([*cmd, str(same)], capture_output=True, text=True)
     bad = subprocess.run([*cmd, str(slow)], capture_output=True, text=True)
     missing = subprocess.run([*cmd, str(tmp_path / "nope.json")], capture_output=True, text=True)
     assert (ok.returncode, bad.returncode, missing.returncode) == (0, 1, 2)
