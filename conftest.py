@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import random
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +83,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "Default: %(default)r")
     group.addoption("--no-save", action="store_true", default=False,
                     help="do not save this run. Default: %(default)r")
+    group.addoption("--saved-path-file", default=None, metavar="FILE",
+                    help="write the saved run's path to FILE, for a script that goes on "
+                         "with it (nox -s bench writes its report from it); no run saved, "
+                         "no FILE written. Default: %(default)r")
 
 
 def _settings_from(config: pytest.Config) -> BenchSettings:
@@ -96,6 +101,10 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
     if opt("server_api") != "native" and not opt("server_url"):
         raise pytest.UsageError("--server-api applies to an external server: pass --server-url "
                                 "too, or drop --server-api")
+    saved_path_file = opt("saved_path_file")
+    if saved_path_file and not Path(saved_path_file).parent.is_dir():
+        raise pytest.UsageError(f"--saved-path-file {saved_path_file}: its folder does not "
+                                "exist; create it or pick a file in an existing folder")
     profile = PROFILES[opt("profile")]
     rounds, warmup = opt("rounds"), opt("warmup_rounds")
     return BenchSettings(
@@ -105,13 +114,42 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
         device=device.type, dtype=str(dtype).removeprefix("torch."),
         shuffle_seed=opt("shuffle_seed"), server_url=opt("server_url"),
         server_api=opt("server_api"), save=not opt("no_save"),
-        baseline_dir=opt("baseline_dir"),
+        baseline_dir=opt("baseline_dir"), saved_path_file=saved_path_file,
     )
+
+
+SERIAL_ONLY = ("benchmarks must run serially: drop -n, or pass --benchmark-disable for a "
+               "smoke run")
+
+
+def _may_collect_benchmarks(config: pytest.Config) -> bool:
+    """Whether the paths pytest was given (or its testpaths) reach the benchmarks folder."""
+    benchmarks = config.rootpath / "benchmarks"
+    for arg in config.args:
+        path = (config.invocation_params.dir / arg.split("::", 1)[0]).resolve()
+        if path == benchmarks or benchmarks in path.parents or path in benchmarks.parents:
+            return True
+    return False
+
+
+def _refuse_parallel_benchmarks(config: pytest.Config) -> None:
+    """Under xdist pytest-benchmark silently stops timing, and a green run that measured
+    nothing is worse than an error. Refused here, in the controller, before any worker
+    starts (a worker's usage error is only an xdist INTERNALERROR). The library's own tests
+    (`pytest -n auto tests`) and smoke runs (--benchmark-disable) stay parallel."""
+    if (hasattr(config, "workerinput") or config.getoption("dist", default="no") == "no"
+            or config.getoption("collectonly")):
+        return
+    if config.getoption("benchmark_disable") or config.getoption("benchmark_skip"):
+        return
+    if _may_collect_benchmarks(config):
+        raise pytest.UsageError(SERIAL_ONLY)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Validate the options once, before any fixture or benchmark sees them."""
+    _refuse_parallel_benchmarks(config)
     config.stash[SETTINGS_KEY] = _settings_from(config)
 
 
@@ -129,10 +167,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     uses_benchmark = any("benchmark" in getattr(i, "fixturenames", ()) for i in items)
     if (uses_benchmark and hasattr(config, "workerinput")
             and not config.getoption("benchmark_disable")):
-        # pytest-benchmark silently stops timing under xdist; a green run that measured
-        # nothing is worse than an error.
-        raise pytest.UsageError("benchmarks must run serially: drop -n, or pass "
-                                "--benchmark-disable for a smoke run")
+        # A backstop for paths the controller could not see reaching benchmarks (e.g.
+        # --pyargs): crashing the run is still better than timing nothing.
+        raise pytest.UsageError(SERIAL_ONLY)
     seed = config.stash[SETTINGS_KEY].shuffle_seed
     if seed is not None:
         random.Random(seed).shuffle(items)

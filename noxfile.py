@@ -31,7 +31,6 @@ TRANSFORMERS = os.environ.get("LLMBENCH_TRANSFORMERS", "5.24.0")
 # Where to get torch builds from, e.g. a CPU-only wheel index; unset means pip's default
 # (on Linux, PyPI's torch is a multi-GB CUDA build).
 TORCH_INDEX = os.environ.get("LLMBENCH_TORCH_INDEX")
-BASELINES = "baselines"
 
 
 def _device_absent(device: str) -> str | None:
@@ -78,37 +77,33 @@ def tests(session: nox.Session) -> None:
                 "-q")
 
 
-def _newest_run() -> Path | None:
-    runs = sorted(Path(BASELINES).glob("*/*.json"), key=lambda p: p.stat().st_mtime)
-    return runs[-1] if runs else None
-
-
 def _write_report(session: nox.Session, run: Path) -> None:
-    """report.md and plots for `run`, against the run saved before it in its folder."""
-    earlier = sorted(p for p in run.parent.glob("*.json") if p.name < run.name)
-    args = [str(run), "-o", str(Path("reports") / run.parent.name / run.stem)]
-    if earlier:
-        args += ["--baseline", str(earlier[-1])]
-    session.run("llmbench", "report", *args)
+    """report.md and plots for `run`, against the latest run of its environment if there is
+    one (`llmbench report --baseline latest`: the gate's own definition, so a run from
+    another machine is never the baseline)."""
+    session.run("llmbench", "report", str(run), "--baseline", "latest",
+                "-o", str(Path("reports") / run.parent.name / run.stem))
 
 
 def _bench(session: nox.Session, device: str) -> None:
     """Run the suite on `device`, save it, judge it against the latest run of the same
-    environment, and write the report; fails (after the report) on a regression."""
+    environment, and write the report; fails (after the report) on a regression or a
+    failing suite. A first run on a machine has nothing to compare with: not a failure."""
     reason = _device_absent(device)
     if reason:
         session.skip(f"{device} is not available: {reason}")
     install(session)
-    before = _newest_run()
+    # pytest names the run it saved here: no guessing from folders and clocks.
+    saved_note = Path(session.create_tmp()) / "saved-run-path.txt"
+    saved_note.unlink(missing_ok=True)
     failure = None
     try:
-        session.run("pytest", "--benchmark-only", "--device", device,
-                    "--compare-to=latest", *session.posargs)
+        session.run("pytest", "--benchmark-only", "--device", device, "--compare-to=latest",
+                    f"--saved-path-file={saved_note}", *session.posargs)
     except CommandFailed as exc:
         failure = exc  # still report what was measured
-    run = _newest_run()
-    if run is not None and run != before:
-        _write_report(session, run)
+    if saved_note.exists():
+        _write_report(session, Path(saved_note.read_text(encoding="utf-8").strip()))
     if failure is not None:
         session.error(f"the benchmark run failed or regressed: {failure.reason}")
 

@@ -150,9 +150,24 @@ def check_imports(side: Side) -> None:
 Runner = Callable[..., subprocess.CompletedProcess]
 
 
-def _new_run(folder: Path, before: set[Path]) -> Path:
+PYTEST_NO_TESTS = 5  # pytest.ExitCode.NO_TESTS_COLLECTED: nothing selected
+
+
+def _block_run(name: str, where: str, side: Side, proc: subprocess.CompletedProcess,
+               folder: Path, before: set[Path]) -> Path:
+    """The run one block saved; ABError naming the side and why when there is none."""
+    tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+    if proc.returncode == PYTEST_NO_TESTS:
+        raise ABError(f"{name} {where} selected no benchmark in {side.root} (pytest: {tail}): "
+                      "check -k, -m and the paths passed after --")
+    if proc.returncode != 0:
+        raise ABError(f"{name} {where} failed (pytest exit {proc.returncode}) in "
+                      f"{side.root}: {tail}")
     new = sorted(set(folder.glob("*/*.json")) - before)
-    assert len(new) == 1, f"expected one new run in {folder}, found {new}"
+    if not new:
+        raise ABError(f"{name} {where} saved no run in {side.root}: no benchmark was timed "
+                      f"(pytest: {tail}); select benchmarks that run, not skipped ones")
+    assert len(new) == 1, f"one block, one pytest, one run; found {new} in {folder}"
     return new[0]
 
 
@@ -179,11 +194,8 @@ def run_blocks(baseline: Side, candidate: Side, *, blocks: int, rounds: int,
             started = time.perf_counter()
             proc = runner(cmd, cwd=side.root, env=side_env(side), capture_output=True,
                           text=True)
-            if proc.returncode != 0:
-                tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
-                raise ABError(f"{name} block {index}/{blocks} failed (pytest exit "
-                              f"{proc.returncode}) in {side.root}: {tail}")
-            paths[name].append(_new_run(out, before))
+            paths[name].append(_block_run(name, f"block {index}/{blocks}", side, proc, out,
+                                          before))
             if log is not None:
                 print(f"llmbench ab: block {index}/{blocks} {name} done in "
                       f"{time.perf_counter() - started:.0f} s", file=log, flush=True)

@@ -6,8 +6,9 @@ per environment (model, device, dtype) under `baselines/`, so that runs of diffe
 environments cannot be compared by accident. `load_run` turns a file (or a folder: its
 newest run) into a `Run` of raw per-round samples, or raises one `RunError` line that says
 what is wrong; `environment_differences` says why two runs are not comparable (library
-versions never count: comparing an upgrade is a main use); `latest_run` finds the newest
-run of an environment; `pool_runs` joins A/B blocks of one side.
+versions never count: comparing an upgrade is a main use); `latest_comparable` is the one
+definition of "the latest run to compare with", for the pytest gate's `--compare-to=latest`
+and `llmbench report --baseline latest` alike; `pool_runs` joins A/B blocks of one side.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from .errors import UserError
 
 BASELINES_DIR = "baselines"
+LATEST = "latest"  # names the latest comparable run wherever a baseline run is asked for
 # Fields of pytest-benchmark's machine_info that change from run to run on the same machine
 # and would make every comparison warn.
 VOLATILE_CPU_FIELDS = ("hz_actual", "hz_actual_friendly", "hz_advertised",
@@ -252,6 +254,40 @@ def latest_run(folder: str | os.PathLike, environment: Mapping | None = None,
         if not environment_differences(run.environment, environment):
             return path
     return None
+
+
+class NoBaseline(LookupError):
+    """No other run of this environment to compare with: a plain fact (every environment's
+    first run meets it), said in one line, never an error."""
+
+
+def latest_comparable(folder: str | os.PathLike, environment: Mapping | None,
+                      exclude: Sequence[str | os.PathLike] = ()) -> Path:
+    """The run to compare a run of `environment` with: the newest run in `folder` with the
+    same environment (model, fingerprint, device and CPU or GPU name, dtype, threads), other
+    than `exclude`. A run from another machine never qualifies. `NoBaseline` says why there
+    is none."""
+    folder = Path(folder)
+    if environment is None:
+        raise NoBaseline("the run has no llmbench environment record, so no saved run can be "
+                         "matched to it")
+    path = latest_run(folder, environment=environment, exclude=exclude)
+    if path is not None:
+        return path
+    skip = {Path(p).resolve() for p in exclude}
+    others = sum(p.resolve() not in skip for p in list_runs(folder))
+    runs = f"{others} other run{'' if others == 1 else 's'}"
+    raise NoBaseline(f"{folder} holds {runs}, none of this environment" if others
+                     else f"{folder} holds no other run")
+
+
+def is_same_run(a: Run, b: Run) -> bool:
+    """Whether two loaded runs are one run (the same file, a copy, or the same path spelled
+    twice): every benchmark they share has identical samples. Two separate runs never agree
+    to the nanosecond on every round of every benchmark."""
+    common = [k for k in a.benchmarks if k in b.benchmarks]
+    return bool(common) and all(a.benchmarks[k].samples == b.benchmarks[k].samples
+                                for k in common)
 
 
 def environment_differences(baseline: Mapping | None, candidate: Mapping | None) -> list[str]:

@@ -1,13 +1,16 @@
 """The `llmbench` command: argparse subcommands, each a few lines over the library.
 
 User errors (bad flags, unknown model or device, impossible requests) print one line to
-stderr and exit 2; nothing here prints a traceback for them.
+stderr and exit 2; nothing here prints a traceback for them. A reader that closes stdout
+early (`| head`) cuts the output short, never the exit code.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 
 from . import __version__, cli_gate, cli_report, cli_server
@@ -165,13 +168,59 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+class _StdoutReaderMayLeave:
+    """sys.stdout for one command, whose reader may leave early (`llmbench compare A B |
+    head`): from the first write into a closed pipe on, output goes to /dev/null instead.
+
+    The command then finishes and exits with its own code (0, 1 for a regression, 2), which
+    scripts running under `set -o pipefail` rely on; letting BrokenPipeError escape would
+    print a traceback and exit 1, which here means "a regression was found".
+    """
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def _discard_the_rest(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.stream.fileno())  # what is still buffered drains there too
+        os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._discard_the_rest()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._discard_the_rest()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def _closed_stdout_tolerated():
+    guard = _StdoutReaderMayLeave(sys.stdout)
+    sys.stdout = guard
     try:
-        return args.func(args)
-    except UserError as exc:
-        print(f"llmbench {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"llmbench {args.command}: interrupted", file=sys.stderr)
-        return 130
+        yield
+    finally:
+        guard.flush()  # now, not at interpreter exit, where a closed pipe cannot be caught
+        sys.stdout = guard.stream
+
+
+def main(argv: list[str] | None = None) -> int:
+    with _closed_stdout_tolerated():
+        args = build_parser().parse_args(argv)  # --help output may meet a closed pipe too
+        try:
+            return args.func(args)
+        except UserError as exc:
+            print(f"llmbench {args.command}: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            print(f"llmbench {args.command}: interrupted", file=sys.stderr)
+            return 130

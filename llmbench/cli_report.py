@@ -1,10 +1,10 @@
-"""`llmbench report RUN.json [--baseline B.json] -o DIR`: report.md and PNG plots for a run."""
+"""`llmbench report RUN.json [--baseline B.json|latest] -o DIR`: report.md and PNG plots."""
 
 from __future__ import annotations
 
 import argparse
 
-from . import gate
+from . import baselines, gate
 from .errors import EXIT_OK, UserError
 
 
@@ -27,7 +27,8 @@ def _alpha(text: str) -> float:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import write_report  # matplotlib loads only when a report is asked for
+    # matplotlib loads only when a report is asked for
+    from .report import latest_baseline, write_report
 
     given = [flag for flag, value in (("--threshold", args.threshold),
                                       ("--threshold-for", args.threshold_for),
@@ -39,7 +40,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     options = gate.GateOptions(threshold=args.threshold, threshold_for=dict(args.threshold_for),
                                alpha=args.alpha, normalize=args.normalize,
                                allow_mismatch=args.allow_mismatch)
-    result = write_report(args.run, args.out_dir, args.baseline, force=args.force,
+    baseline = args.baseline
+    if baseline == baselines.LATEST:
+        try:
+            baseline = latest_baseline(args.run)
+        except baselines.NoBaseline as exc:
+            baseline = None  # a first run is no error: its report simply compares nothing
+            print(f"no baseline: {exc}; the report has no comparison")
+        else:
+            print(f"baseline: {baseline} (the latest run of this environment)")
+    result = write_report(args.run, args.out_dir, baseline, force=args.force,
                           options=options)
     drawn = [o.file for o in result.plots if o.path is not None]
     print(f"wrote {result.markdown} and {len(drawn)} plots: {', '.join(drawn) or 'none'}")
@@ -60,9 +70,11 @@ def register(subparsers) -> None:
                     "Refuses a DIR that already holds a report unless --force.")
     parser.add_argument("run", metavar="RUN.json", help="a saved run, e.g. "
                         "baselines/<model>-<device>-<dtype>/NNNN_*.json")
-    parser.add_argument("--baseline", metavar="B.json", default=None,
+    parser.add_argument("--baseline", metavar="B.json|latest", default=None,
                         help="a run to compare with: verdict columns, and overlaid on the "
-                             "plots. Default: %(default)r (no comparison)")
+                             "plots; 'latest': the newest other run of RUN's environment in "
+                             "RUN's folder, if any (a run from another machine never is). "
+                             "Default: %(default)r (no comparison)")
     parser.add_argument("-o", "--output", dest="out_dir", metavar="DIR", required=True,
                         help="folder for report.md and the plots (created if missing)")
     parser.add_argument("--force", action="store_true",

@@ -22,7 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import stats
-from .baselines import EnvironmentMismatch, Run, environment_differences, version_differences
+from .baselines import (
+    EnvironmentMismatch,
+    Run,
+    environment_differences,
+    is_same_run,
+    version_differences,
+)
 from .errors import EXIT_OK, EXIT_REGRESSION, UserError
 
 FORMATS = ("text", "markdown", "json")
@@ -31,6 +37,10 @@ DEFAULT_ALPHA = next(f.default for f in dataclasses.fields(stats.Rule) if f.name
 
 class NothingInCommon(UserError):
     """The two runs share no benchmark."""
+
+
+class SameRun(UserError):
+    """Both sides are one run: any verdict would only restate that it equals itself."""
 
 
 def parse_fraction(text: str) -> float:
@@ -134,6 +144,11 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
                  ) -> GateResult:
     """Judge every benchmark the two runs share; `UserError` when they cannot be compared."""
     options = options or GateOptions()
+    if is_same_run(baseline, candidate):
+        which = (baseline.source if baseline.source == candidate.source
+                 else f"{baseline.source} and {candidate.source}")
+        raise SameRun(f"both sides are the same run ({which}: identical samples): compare "
+                      "two different runs")
     mismatches = environment_differences(baseline.environment, candidate.environment)
     if mismatches and not options.allow_mismatch:
         raise EnvironmentMismatch(mismatches)

@@ -33,6 +33,15 @@ def compare(baseline: Run, candidate: Run, options: gate.GateOptions | None = No
                              options)
 
 
+def latest_baseline(run_path: str | os.PathLike) -> Path:
+    """What `--baseline latest` means for a run: the newest other run of its environment in
+    its folder (`baselines.latest_comparable`, as the pytest gate's `--compare-to=latest`);
+    `baselines.NoBaseline` when there is none."""
+    run = load_run(run_path)  # a damaged RUN is named as such, before any search
+    return baselines.latest_comparable(run.path.parent, run.section.get("environment"),
+                                       exclude=[run.path])
+
+
 @dataclass(frozen=True)
 class ReportResult:
     markdown: Path

@@ -25,6 +25,7 @@ class BenchSettings:
     server_api: str = "native"
     save: bool = True
     baseline_dir: str = "baselines"
+    saved_path_file: str | None = None  # where to tell a script which run was saved
 
     def __post_init__(self) -> None:
         assert self.rounds >= 1 and self.warmup_rounds >= 0

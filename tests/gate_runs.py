@@ -117,9 +117,11 @@ def suite_copy(dest: Path) -> Path:
     return dest
 
 
-def run_pytest(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=child_env(),
-                          capture_output=True, text=True, timeout=timeout)
+def run_pytest(cwd: Path, *args: str, timeout: float = 600, **env: str
+               ) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd,
+                          env={**child_env(), **env}, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 @dataclass

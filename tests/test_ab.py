@@ -40,10 +40,15 @@ def pytest_sessionfinish(session):
         print("fake suite: failing on purpose")
         session.exitstatus = 1
         return
+    if os.environ.get("FAKE_NO_RUN"):  # as when every selected benchmark is skipped
+        return
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     rounds = config.getoption("rounds")
-    data = [llmbench.SPEED * (1 + 0.01 * i) for i in range(rounds)]
+    # Each run's rounds carry a trace of its process, as real timings always differ between
+    # runs: identical samples on both sides would be one run judged against itself.
+    trace = 1e-9 * (os.getpid() % 997)
+    data = [llmbench.SPEED * (1 + 0.01 * i + trace) for i in range(rounds)]
     run = {"benchmarks": [{"name": "test_speed", "fullname": "test_fake.py::test_speed",
                            "group": "speed", "stats": {"data": data}}],
            "commit_info": {"id": commit},
@@ -120,6 +125,25 @@ def test_a_failing_block_is_reported_and_the_worktree_removed(fake_repo, monkeyp
     with pytest.raises(ab.ABError, match=r"baseline block 1/2 failed \(pytest exit 1\).*"
                                          "failing on purpose"):
         ab.run_ab("HEAD", blocks=2, rounds=3, repo=fake_repo)
+    assert _worktrees(fake_repo) == 1
+
+
+@pytest.mark.parametrize("env, pytest_args, fragment", [
+    ("FAKE_NO_RUN", [], "baseline block 1/1 saved no run in "),
+    (None, ["-k", "no_such_benchmark"], "baseline block 1/1 selected no benchmark in "),
+])
+def test_a_block_without_a_run_is_one_line_naming_the_side(fake_repo, monkeypatch, capsys,
+                                                           env, pytest_args, fragment):
+    if env:
+        monkeypatch.setenv(env, "1")
+    monkeypatch.chdir(fake_repo)  # the CLI's candidate is the working tree it runs in
+    code = main(["ab", "HEAD", "--blocks", "1", "--rounds", "2", "--", *pytest_args])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE
+    assert "Traceback" not in err and "AssertionError" not in err
+    lines = err.splitlines()
+    assert len(lines) == 2, err  # the start line, then the error
+    assert lines[1].startswith("llmbench ab: error: ") and fragment in lines[1], lines[1]
     assert _worktrees(fake_repo) == 1
 
 

@@ -12,7 +12,7 @@ import pytest
 from gate_runs import ENVIRONMENT, make_run, write_run
 
 from llmbench import baselines
-from llmbench.baselines import EnvironmentMismatch, RunError
+from llmbench.baselines import EnvironmentMismatch, NoBaseline, RunError
 
 DATA = Path(__file__).parent / "data"
 
@@ -160,6 +160,21 @@ def test_latest_run_is_the_newest_of_the_same_environment(tmp_path):
     assert baselines.latest_run(tmp_path, environment={**ENVIRONMENT, "dtype": "x"}) is None
 
 
+def test_latest_comparable_never_takes_another_machines_run_and_says_why(tmp_path):
+    with pytest.raises(NoBaseline) as none:
+        baselines.latest_comparable(tmp_path, ENVIRONMENT)
+    assert str(none.value) == f"{tmp_path} holds no other run"
+    mine = write_run(tmp_path / "0001_a.json", make_run(1))
+    other_cpu = {**ENVIRONMENT, "device_name": "Another CPU"}
+    write_run(tmp_path / "0002_b.json", make_run(2, environment=other_cpu))
+    assert baselines.latest_comparable(tmp_path, ENVIRONMENT) == mine
+    with pytest.raises(NoBaseline) as excluded:
+        baselines.latest_comparable(tmp_path, ENVIRONMENT, exclude=[mine])
+    assert str(excluded.value) == f"{tmp_path} holds 1 other run, none of this environment"
+    with pytest.raises(NoBaseline, match="no llmbench environment record"):
+        baselines.latest_comparable(tmp_path, None)
+
+
 def test_pool_runs_concatenates_samples_of_shared_benchmarks():
     a = baselines.run_from_json(make_run(1, rounds=3), "a")
     b_json = make_run(2, rounds=4)
@@ -192,3 +207,14 @@ def test_save_numbered_never_overwrites(tmp_path):
         baselines.write_new_json(first, {"n": 3})
     assert json.loads(first.read_text()) == {"n": 1}
     assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
+
+
+def test_same_run_means_identical_samples_in_every_shared_benchmark():
+    run = baselines.run_from_json(make_run(1), "a")
+    assert baselines.is_same_run(run, baselines.run_from_json(make_run(1), "a copy"))
+    one_changed = baselines.run_from_json(make_run(1, factors={"test_prefill[in=32]": 1.01}),
+                                          "b")
+    assert not baselines.is_same_run(run, one_changed)
+    assert not baselines.is_same_run(run, baselines.run_from_json(make_run(2), "c"))
+    other = baselines.run_from_json(make_run(1, benchmarks={"test_other": "other"}), "d")
+    assert not baselines.is_same_run(run, other)  # nothing in common: not one run

@@ -115,6 +115,16 @@ def test_cannot_compare_exits_2_with_one_line(capsys, base, tmp_path, make, frag
     assert_cannot_compare(*compare(capsys, str(base), str(cand)), *fragments)
 
 
+@pytest.mark.parametrize("other", [
+    lambda base: base,
+    lambda base: base.parent / ".." / base.parent.name / base.name,
+    lambda base: write_run(base.parent / "copy.json", json.loads(base.read_text())),
+], ids=["same-path", "another-path", "a-copy"])
+def test_the_same_run_on_both_sides_exits_2(capsys, base, other):
+    code, out, err = compare(capsys, str(base), str(other(base)), "--allow-mismatch")
+    assert_cannot_compare(code, out, err, "both sides are the same run", str(base))
+
+
 def test_allow_mismatch_overrides_and_says_so(capsys, base, tmp_path):
     cand = write_run(tmp_path / "cand.json", make_run(2, environment={**ENVIRONMENT,
                                                                       "threads": 4}))
@@ -130,8 +140,9 @@ def test_allow_mismatch_overrides_and_says_so(capsys, base, tmp_path):
     (["--threshold-for", "nothing=5%"], "no benchmark or group of that name"),
     (["--format", "html"], "invalid choice"),
 ])
-def test_bad_options_exit_2(capsys, base, argv, fragment):
-    code, out, err = compare(capsys, str(base), str(base), *argv)
+def test_bad_options_exit_2(capsys, base, tmp_path, argv, fragment):
+    cand = write_run(tmp_path / "cand.json", make_run(2))
+    code, out, err = compare(capsys, str(base), str(cand), *argv)
     assert code == EXIT_USAGE and fragment in err and "Traceback" not in err
 
 
@@ -151,9 +162,10 @@ def test_a_folder_compares_its_newest_run(capsys, base, tmp_path):
 
 
 def test_the_installed_command_exits_with_the_codes(base, tmp_path):
+    same = write_run(tmp_path / "same.json", make_run(2))
     slow = write_run(tmp_path / "slow.json", make_run(2, factors={"decode": 2.0}))
     cmd = [sys.executable, "-m", "llmbench", "compare", str(base)]
-    ok = subprocess.run([*cmd, str(base)], capture_output=True, text=True)
+    ok = subprocess.run([*cmd, str(same)], capture_output=True, text=True)
     bad = subprocess.run([*cmd, str(slow)], capture_output=True, text=True)
     missing = subprocess.run([*cmd, str(tmp_path / "nope.json")], capture_output=True, text=True)
     assert (ok.returncode, bad.returncode, missing.returncode) == (0, 1, 2)

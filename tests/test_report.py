@@ -213,6 +213,43 @@ def test_baseline_from_another_environment_is_refused_unless_allowed(tmp_path, c
     assert "ENVIRONMENT MISMATCH" in text and "| device **≠** | cpu | cuda |" in text
 
 
+def _on_another_cpu(path):
+    payload = json.loads(path.read_text())
+    payload["llmbench"]["environment"]["device_name"] = "Another CPU"
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def test_baseline_latest_is_the_newest_other_run_of_the_environment(tmp_path, capsys):
+    folder = tmp_path / "tiny-cpu-float32"
+    folder.mkdir()
+    mine = make_run(folder / "0001_a.json", seed=1, groups={"decode"})
+    _on_another_cpu(make_run(folder / "0002_b.json", seed=3, groups={"decode"}))
+    run = make_run(folder / "0003_c.json", seed=2, slow=1.5, groups={"decode"})
+    code, out, err = _run(capsys, run, "--baseline", "latest", "-o", tmp_path / "r")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == f"baseline: {mine} (the latest run of this environment)"
+    assert out.splitlines()[-1].startswith("REGRESSION: 2 regression")
+    assert "| baseline median | ratio [CI] | verdict |" in (tmp_path / "r" / "report.md"
+                                                             ).read_text()
+
+
+@pytest.mark.parametrize("others, why", [
+    (0, "holds no other run"),
+    (1, "holds 1 other run, none of this environment"),
+])
+def test_baseline_latest_without_one_writes_the_report_and_says_so(tmp_path, capsys, others,
+                                                                   why):
+    for number in range(1, others + 1):
+        _on_another_cpu(make_run(tmp_path / f"{number:04d}_x.json", seed=number))
+    run = make_run(tmp_path / f"{others + 1:04d}_run.json", seed=9)
+    code, out, err = _run(capsys, run, "--baseline", "latest", "-o", tmp_path / "r")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == f"no baseline: {tmp_path} {why}; the report has no comparison"
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "| verdict |" not in text and "Another CPU" not in text
+
+
 def test_verdicts_come_from_the_gate(tmp_path):
     base = report.load_run(make_run(tmp_path / "b.json", seed=1))
     run = report.load_run(make_run(tmp_path / "c.json", seed=2, slow=1.5))
