@@ -4,9 +4,9 @@ served one after another against all at once."""
 import pytest
 
 from fixtures.timing import Work
-from llmbench.batching import generate_static_batch
-from llmbench.config import SamplingParams
-from llmbench.engine import generate
+from llmbench.engine.batching import generate_static_batch
+from llmbench.engine.config import SamplingParams
+from llmbench.engine.loop import generate
 
 
 @pytest.mark.benchmark(group="batch-size")

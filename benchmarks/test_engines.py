@@ -4,10 +4,10 @@ produce the loop's greedy tokens before their times count."""
 import pytest
 
 from fixtures.timing import Work
-from llmbench.batching import generate_static_batch
-from llmbench.config import SamplingParams
-from llmbench.engine import generate
-from llmbench.hf import hf_generate, hf_generate_batch
+from llmbench.engine.batching import generate_static_batch
+from llmbench.engine.config import SamplingParams
+from llmbench.engine.hf import hf_generate, hf_generate_batch
+from llmbench.engine.loop import generate
 
 RUNNERS = {
     ("loop", False): lambda lm, prompts, params: generate(lm, prompts[0], params),

@@ -4,10 +4,10 @@ token prompts, plus a chat-formatted real passage as a chat user would send it."
 import pytest
 
 from fixtures.timing import Work
-from llmbench.config import SamplingParams
-from llmbench.engine import generate
-from llmbench.profiles import SWEEP_OUTPUT_TOKENS
-from llmbench.prompts import chat_passage_ids
+from llmbench.bench.profiles import SWEEP_OUTPUT_TOKENS
+from llmbench.engine.config import SamplingParams
+from llmbench.engine.loop import generate
+from llmbench.engine.prompts import chat_passage_ids
 
 
 @pytest.mark.benchmark(group="input-sweep")

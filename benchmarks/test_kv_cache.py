@@ -4,8 +4,8 @@ both must produce the same tokens before their times count."""
 import pytest
 
 from fixtures.timing import Work
-from llmbench.config import SamplingParams
-from llmbench.engine import generate
+from llmbench.engine.config import SamplingParams
+from llmbench.engine.loop import generate
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ latency should grow linearly in output tokens and tokens/s should plateau."""
 import pytest
 
 from fixtures.timing import Work
-from llmbench.config import SamplingParams
-from llmbench.engine import generate
+from llmbench.engine.config import SamplingParams
+from llmbench.engine.loop import generate
 
 
 @pytest.mark.benchmark(group="output-sweep")

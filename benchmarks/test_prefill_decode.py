@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fixtures.timing import Work
-from llmbench.engine import decode_step, prefill
+from llmbench.engine.loop import decode_step, prefill
 
 
 @pytest.mark.benchmark(group="prefill")

@@ -9,10 +9,10 @@ import statistics
 import pytest
 
 from fixtures.timing import Work
-from llmbench.client import complete_once, run_load
-from llmbench.config import SamplingParams
-from llmbench.engine import generate
-from llmbench.prompts import encode, questions
+from llmbench.engine.config import SamplingParams
+from llmbench.engine.loop import generate
+from llmbench.engine.prompts import encode, questions
+from llmbench.serve.client import complete_once, run_load
 
 QUESTION = questions()[0]
 

@@ -16,7 +16,7 @@ regression-gate issue:
 2. A/B mode: --ab-trials rounds of (same code on both sides; slowdown on the candidate
    side), each `--blocks` ABBA blocks of `--ab-rounds` rounds, as `llmbench ab` runs them.
 
-The slowdown is `-p llmbench.inject --slow-down decode_step=FACTOR`: every decode step takes
+The slowdown is `-p llmbench.bench.inject --slow-down decode_step=FACTOR`: every decode step takes
 1 + FACTOR times as long, so every benchmark that decodes slows, the decode group by the
 full factor. Every run is kept under --out; a JSON record and a markdown summary are
 written there and the summary is printed.
@@ -38,9 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-from llmbench import ab, baselines, gate
 from llmbench.errors import UserError
-from llmbench.stats import Verdict
+from llmbench.gate import ab
+from llmbench.gate import compare as gate
+from llmbench.gate.stats import Verdict
+from llmbench.runs import store as baselines
 
 
 @dataclass
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     options = gate.GateOptions(threshold=args.threshold)
     common = ["--model", args.model, *args.pytest_args]
     stored_args = common + ([f"--rounds={args.rounds}"] if args.rounds else [])
-    inject = ["-p", "llmbench.inject", f"--slow-down=decode_step={args.slowdown}"]
+    inject = ["-p", "llmbench.bench.inject", f"--slow-down=decode_step={args.slowdown}"]
     outcomes: list[Outcome] = []
     try:
         with ab.worktree(ab.repo_root(), args.rev) as (root, sha):

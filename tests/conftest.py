@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmbench.config import EngineConfig
-from llmbench.models import LoadedModel, load_model
+from llmbench.engine.config import EngineConfig
+from llmbench.engine.models import LoadedModel, load_model
 
 
 @pytest.fixture(scope="session", autouse=True)

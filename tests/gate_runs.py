@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
-from llmbench.ab import child_env
+from llmbench.gate.ab import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,7 +100,7 @@ TINY_ARGS = ["--benchmark-only", "--model", "tiny", "--threads", "1", "--rounds"
              "--warmup-rounds", "1", "-p", "no:cacheprovider"]
 # A 10x slowdown of every decode step, and a 200% threshold: this machine's speed swings by
 # 2-3x between runs minutes apart, so the tests ask only what no such swing can fake.
-SLOW_DECODE = ["-p", "llmbench.inject", "--slow-down", "decode_step=9"]
+SLOW_DECODE = ["-p", "llmbench.bench.inject", "--slow-down", "decode_step=9"]
 TEST_THRESHOLD = "--threshold=200%"
 GATE_NODE = "llmbench::regression-gate"
 

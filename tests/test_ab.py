@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from gate_runs import REPO, SELECTION, TINY_ARGS
 
-from llmbench import ab, gate
 from llmbench.cli import main
 from llmbench.errors import EXIT_USAGE
-from llmbench.stats import Verdict
+from llmbench.gate import ab
+from llmbench.gate import compare as gate
+from llmbench.gate.stats import Verdict
 
 FAKE_CONFTEST = '''
 import json, os, subprocess

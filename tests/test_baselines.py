@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from gate_runs import ENVIRONMENT, make_run, write_run
 
-from llmbench import baselines
-from llmbench.baselines import EnvironmentMismatch, NoBaseline, RunError
+from llmbench.runs import store as baselines
+from llmbench.runs.store import EnvironmentMismatch, NoBaseline, RunError
 
 DATA = Path(__file__).parent / "data"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmbench import cache, models
+from llmbench.engine import cache, models
 
 
 class Builder:

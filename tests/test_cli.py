@@ -11,11 +11,12 @@ import sys
 import pytest
 import torch
 
-from llmbench import __version__, models
+from llmbench import __version__
 from llmbench.cli import main
-from llmbench.device import available_devices
+from llmbench.engine import models
+from llmbench.engine.device import available_devices
+from llmbench.engine.models import registered_names
 from llmbench.errors import EXIT_USAGE
-from llmbench.models import registered_names
 
 
 def run_main(argv: list[str], capsys) -> tuple[int, str, str]:

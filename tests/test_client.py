@@ -8,8 +8,12 @@ import json
 import httpx
 import pytest
 
-from llmbench import cli_server
-from llmbench.client import (
+from llmbench.cli import server as cli_server
+from llmbench.engine.config import EngineConfig, SamplingParams
+from llmbench.engine.models import load_model
+from llmbench.errors import UserError
+from llmbench.serve.app import ServerSettings, create_app, running_server
+from llmbench.serve.client import (
     LoadConfig,
     LoadResult,
     RequestSample,
@@ -18,11 +22,7 @@ from llmbench.client import (
     stream_request,
     token_timeline,
 )
-from llmbench.config import EngineConfig, SamplingParams
-from llmbench.errors import UserError
-from llmbench.models import load_model
-from llmbench.server import ServerSettings, create_app, running_server
-from llmbench.streaming import IncrementalDetokenizer
+from llmbench.serve.streaming import IncrementalDetokenizer
 
 
 def words(text: str) -> int:

@@ -7,8 +7,8 @@ from unittest import mock
 import pytest
 import torch
 
-from llmbench import device as dev
-from llmbench.config import EngineConfig
+from llmbench.engine import device as dev
+from llmbench.engine.config import EngineConfig
 from llmbench.errors import DeviceUnavailable, UserError
 
 

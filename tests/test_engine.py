@@ -9,9 +9,10 @@ import json
 import pytest
 import torch
 
-from llmbench.batching import generate_static_batch, left_pad
-from llmbench.config import SamplingParams
-from llmbench.engine import (
+from llmbench.engine.batching import generate_static_batch, left_pad
+from llmbench.engine.config import SamplingParams
+from llmbench.engine.hf import hf_generate, hf_generate_batch
+from llmbench.engine.loop import (
     TokenEvent,
     check_fits,
     generate,
@@ -19,9 +20,8 @@ from llmbench.engine import (
     sample_next,
     stream,
 )
+from llmbench.engine.prompts import encode, exact_length_ids
 from llmbench.errors import UserError
-from llmbench.hf import hf_generate, hf_generate_batch
-from llmbench.prompts import encode, exact_length_ids
 
 QUESTION = "What is the capital of France?"
 N_NEW = 12  # new tokens per agreement case: enough to diverge, cheap on smollm2

@@ -20,10 +20,11 @@ from gate_runs import (
     write_run,
 )
 
-from llmbench import baselines, gate
-from llmbench.baselines import EnvironmentMismatch
 from llmbench.errors import EXIT_OK, EXIT_REGRESSION, UserError
-from llmbench.stats import Verdict
+from llmbench.gate import compare as gate
+from llmbench.gate.stats import Verdict
+from llmbench.runs import store as baselines
+from llmbench.runs.store import EnvironmentMismatch
 
 DECODE = {"benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]",
           "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=128]"}

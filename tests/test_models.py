@@ -8,13 +8,13 @@ import json
 import pytest
 import torch
 
-from llmbench import models
-from llmbench.config import EngineConfig, SamplingParams
-from llmbench.engine import generate
+from llmbench.engine import models
+from llmbench.engine.config import EngineConfig, SamplingParams
+from llmbench.engine.hf import hf_generate
+from llmbench.engine.loop import generate
+from llmbench.engine.models import load_model, registered_names, shipped_configs
+from llmbench.engine.prompts import exact_length_ids
 from llmbench.errors import ModelNotFound
-from llmbench.hf import hf_generate
-from llmbench.models import load_model, registered_names, shipped_configs
-from llmbench.prompts import exact_length_ids
 
 
 @pytest.fixture

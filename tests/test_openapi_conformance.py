@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from llmbench.server import ServerSettings, create_app
+from llmbench.serve.app import ServerSettings, create_app
 
 CAP = 4
 BASES = {  # the smallest valid body of each route

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmbench import prompts
+from llmbench.engine import prompts
 from llmbench.errors import UserError
 
 GENERATION_PROMPT = "<|im_start|>assistant\n"  # SmolLM2's (ChatML) assistant turn opener

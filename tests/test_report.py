@@ -12,9 +12,12 @@ import json
 import numpy as np
 import pytest
 
-from llmbench import gate, plots, report, report_run
 from llmbench.cli import main
 from llmbench.errors import EXIT_USAGE
+from llmbench.gate import compare as gate
+from llmbench.report import plots
+from llmbench.report import run as report_run
+from llmbench.report import write as report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CORE_PLOTS = ("output_sweep.png", "input_sweep.png", "prefill_decode.png", "kv_cache.png",

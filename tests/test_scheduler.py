@@ -6,13 +6,13 @@ import time
 
 import pytest
 
-from llmbench.config import EngineConfig, SamplingParams
-from llmbench.engine import TokenEvent, generate
+from llmbench.engine.config import EngineConfig, SamplingParams
+from llmbench.engine.loop import TokenEvent, generate
+from llmbench.engine.models import load_model
+from llmbench.engine.prompts import encode, exact_length_ids
 from llmbench.errors import UserError
-from llmbench.models import load_model
-from llmbench.prompts import encode, exact_length_ids
-from llmbench.scheduled_request import Outcome
-from llmbench.scheduler import Scheduler, SchedulerFull
+from llmbench.serve.request import Outcome
+from llmbench.serve.scheduler import Scheduler, SchedulerFull
 
 
 @pytest.fixture(scope="module")

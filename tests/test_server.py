@@ -12,14 +12,14 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmbench.config import EngineConfig, SamplingParams
-from llmbench.engine import generate
+from llmbench.engine.config import EngineConfig, SamplingParams
+from llmbench.engine.loop import generate
+from llmbench.engine.models import load_model
+from llmbench.engine.prompts import encode
 from llmbench.errors import UserError
-from llmbench.models import load_model
-from llmbench.prompts import encode
-from llmbench.scheduler import SchedulerFull
-from llmbench.server import ServerSettings, create_app, running_server
-from llmbench.streaming import IncrementalDetokenizer
+from llmbench.serve.app import ServerSettings, create_app, running_server
+from llmbench.serve.scheduler import SchedulerFull
+from llmbench.serve.streaming import IncrementalDetokenizer
 
 CAP = 8  # max_new_tokens cap of the in-process app: keeps valid fuzz requests short
 BODY_LIMIT = 100_000

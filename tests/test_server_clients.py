@@ -9,7 +9,7 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from llmbench.server import ServerSettings, create_app, running_server
+from llmbench.serve.app import ServerSettings, create_app, running_server
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from llmbench.errors import EXIT_USAGE
-from llmbench.server import ServerSettings, create_app, running_server
+from llmbench.serve.app import ServerSettings, create_app, running_server
 
 CAP = 8
 PROMPT = {"prompt": "Say something.", "ignore_eos": True}

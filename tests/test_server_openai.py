@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from llmbench.server import ServerSettings, create_app, running_server
+from llmbench.serve.app import ServerSettings, create_app, running_server
 
 CAP = 16
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from llmbench.stats import (
+from llmbench.gate.stats import (
     DEFAULT_ROUNDS,
     DEFAULT_THRESHOLDS,
     Comparison,

@@ -1,0 +1,36 @@
+"""The benchmark session's settings: engine config, profile and timing, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from llmbench.bench.profiles import Profile
+from llmbench.engine.config import EngineConfig
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """Everything the fixtures need from the command line, resolved and checked."""
+
+    engine: EngineConfig
+    profile: Profile
+    rounds: int
+    warmup_rounds: int
+    device: str  # concrete: cpu, cuda or mps
+    dtype: str  # concrete torch dtype name
+    shuffle_seed: int | None = None
+    server_url: str | None = None
+    server_api: str = "native"
+    save: bool = True
+    baseline_dir: str = "baselines"
+    saved_path_file: str | None = None  # where to tell a script which run was saved
+
+    def __post_init__(self) -> None:
+        assert self.rounds >= 1 and self.warmup_rounds >= 0
+        assert self.server_api in ("native", "openai")
+
+
+# Where pytest_configure leaves the validated settings for fixtures and hooks to read.
+SETTINGS_KEY = pytest.StashKey[BenchSettings]()

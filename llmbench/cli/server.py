@@ -1,0 +1,152 @@
+"""`llmbench serve` and `llmbench load`: the inference server and its load generator.
+
+`serve` binds 127.0.0.1 unless --host says otherwise. `load` sweeps concurrency levels
+against a server, prints one summary line per level to stderr, and writes the full JSON
+(one record per level, every request's sample) to stdout or to --output, which must not
+exist yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from llmbench.engine.config import EngineConfig, default_of
+from llmbench.errors import EXIT_OK, UserError
+
+
+def _concurrency_list(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers like 1,4,16, got {text!r}"
+                                         ) from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"every level must be at least 1, got {text!r}")
+    return levels
+
+
+def register(subparsers) -> None:
+    """Add `serve` and `load` to the `llmbench` subcommands."""
+    from llmbench.cli import (
+        add_engine_arguments,
+        add_sampling_arguments,
+        positive_int,
+        positive_seconds,
+    )
+    from llmbench.serve.app import ServerSettings
+    from llmbench.serve.client import APIS, LoadConfig
+
+    s = lambda name: default_of(ServerSettings, name)  # noqa: E731
+    serve = subparsers.add_parser("serve", help="serve a model over HTTP (native and "
+                                                "OpenAI-compatible routes)")
+    add_engine_arguments(serve)
+    serve.add_argument("--host", default=s("host"), metavar="ADDR",
+                       help="address to bind; anything but loopback exposes the server. "
+                            "Default: %(default)r")
+    serve.add_argument("--port", type=int, default=s("port"), metavar="N",
+                       help="Default: %(default)r")
+    serve.add_argument("--max-batch-size", type=positive_int, default=s("max_batch_size"),
+                       metavar="N", help="sequences decoded together. Default: %(default)r")
+    serve.add_argument("--max-new-tokens-cap", type=positive_int,
+                       default=s("max_new_tokens_cap"), metavar="N",
+                       help="largest max_new_tokens a request may ask for. "
+                            "Default: %(default)r")
+    serve.set_defaults(func=cmd_serve)
+
+    c = lambda name: default_of(LoadConfig, name)  # noqa: E731
+    load = subparsers.add_parser("load", help="send streamed requests at several concurrency "
+                                              "levels and report TTFT, ITL, TPOT, latency "
+                                              "and throughput")
+    load.add_argument("--url", default=LoadConfig().url, metavar="URL",
+                      help="the server's base URL. Default: %(default)r")
+    load.add_argument("--api", choices=APIS, default=c("api"), help="Default: %(default)r")
+    load.add_argument("--concurrency", type=_concurrency_list, default=[c("concurrency")],
+                      metavar="N[,N...]", help="levels to sweep, e.g. 1,4,16. Default: 1")
+    load.add_argument("--requests", type=positive_int, default=c("num_requests"), metavar="N",
+                      help="requests per level. Default: %(default)r")
+    load.add_argument("--model", default=default_of(EngineConfig, "model"), metavar="NAME",
+                      help="whose tokenizer counts the tokens (also sent as the OpenAI "
+                           "`model` field). Default: %(default)r")
+    add_sampling_arguments(load)
+    load.add_argument("--no-chat", action="store_true",
+                      help="raw prompts: no chat template (native), /v1/completions (openai)")
+    load.add_argument("--timeout", type=positive_seconds, default=c("timeout_s"), metavar="S",
+                      help="per-request timeout in seconds. Default: %(default)r")
+    load.add_argument("--duration", type=positive_seconds, default=c("duration_s"), metavar="S",
+                      help="cap on each level's wall time; requests still running are cut "
+                           "off and counted as errors. Default: no cap")
+    load.add_argument("--output", type=Path, default=None, metavar="FILE",
+                      help="write the JSON here (refused if FILE exists). Default: stdout")
+    load.set_defaults(func=cmd_load)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from llmbench.cli import engine_config
+    from llmbench.engine.models import load_model
+    from llmbench.serve.app import ServerSettings, create_app, listening_socket, uvicorn_server
+
+    settings = ServerSettings(host=args.host, port=args.port,
+                              max_batch_size=args.max_batch_size,
+                              max_new_tokens_cap=args.max_new_tokens_cap)
+    # Take the port first: a busy port is one line now, not after loading the model.
+    sock = listening_socket(settings.host, settings.port)
+    with sock:
+        lm = load_model(engine_config(args))
+        app = create_app(lm, settings)
+        app.state.scheduler.start()  # warm up, and refuse an unsupported model, before serving
+        print(f"llmbench serve: {lm.name} on {lm.device} at http://{settings.host}:"
+              f"{sock.getsockname()[1]} (API docs at /docs)", file=sys.stderr)
+        uvicorn_server(app).run(sockets=[sock])
+    return EXIT_OK
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from llmbench.cli import sampling_params
+    from llmbench.engine.models import load_tokenizer
+    from llmbench.engine.prompts import questions
+    from llmbench.serve.client import LoadConfig, run_load
+
+    if args.output is not None and args.output.exists():
+        raise UserError(f"{args.output} exists: remove it or pass another --output")
+    configs = [LoadConfig(url=args.url, api=args.api, concurrency=level,
+                          num_requests=args.requests, chat=not args.no_chat,
+                          model=args.model, timeout_s=args.timeout, duration_s=args.duration)
+               for level in args.concurrency]
+    params = sampling_params(args)
+    tokenizer = load_tokenizer(args.model)
+    levels = []
+    for config in configs:
+        with tqdm(total=config.num_requests, desc=f"concurrency {config.concurrency}",
+                  unit="req", file=sys.stderr, disable=None) as bar:
+            result = run_load(config, params, tokenizer, questions(), progress=bar.update)
+        summary = result.summary()
+        if not result.ok:
+            raise UserError(f"every request failed at concurrency {config.concurrency} "
+                            f"({summary['errors'][0] if summary['errors'] else 'cut off'}): "
+                            f"is a server running at {config.url} with the {config.api} API?")
+        print(_line(summary), file=sys.stderr)
+        levels.append(result.to_dict())
+    text = json.dumps({"url": args.url, "api": args.api, "model": args.model,
+                       "levels": levels}, indent=2)
+    if args.output is None:
+        print(text)
+    else:
+        with open(args.output, "x", encoding="utf-8") as fh:  # "x": never overwrite
+            fh.write(text + "\n")
+    return EXIT_OK
+
+
+def _line(summary: dict) -> str:
+    def ms(name: str) -> str:
+        s = summary[name]
+        return "-" if s is None else f"{s['p50']:.1f}/{s['p99']:.1f}"
+
+    return (f"concurrency {summary['concurrency']}: {summary['num_ok']} ok, "
+            f"{summary['num_errors']} errors, {summary['token_throughput']:.1f} tokens/s, "
+            f"{summary['request_throughput']:.2f} req/s; ms p50/p99: TTFT {ms('ttft_ms')}, "
+            f"ITL {ms('itl_ms')}, TPOT {ms('tpot_ms')}, latency {ms('latency_ms')}")

@@ -1,0 +1,78 @@
+"""The settings objects, each default defined exactly once.
+
+`EngineConfig` says which model runs where; `SamplingParams` says how one request is
+decoded. CLI flags, pytest options and server request fields all take their defaults from
+these dataclasses (see `default_of`), so a default never drifts between front ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from llmbench.engine.device import DEVICES, DTYPES
+from llmbench.errors import UserError
+
+DEFAULT_MODEL = "smollm2-135m"
+ENGINES = ("loop", "hf")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Which model to load, and on what hardware and precision."""
+
+    model: str = DEFAULT_MODEL
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise UserError("--model must not be empty: pass a registered name, a hub id or a path")
+        if self.device not in DEVICES:
+            raise UserError(f"unknown device {self.device!r}: choose one of {', '.join(DEVICES)}")
+        if self.dtype not in DTYPES:
+            raise UserError(f"unknown dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
+        if self.threads is not None and self.threads < 1:
+            raise UserError(f"--threads must be at least 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request is decoded. temperature 0 means greedy; top_k 0 and top_p 1 mean off.
+
+    `ignore_eos` generates exactly `max_new_tokens` tokens whatever the model says, which is
+    what benchmarks need: every round then does the same amount of work.
+    """
+
+    max_new_tokens: int = 50
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise UserError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise UserError("temperature must be a finite number >= 0 (0 = greedy), "
+                            f"got {self.temperature}")
+        if self.top_k < 0:
+            raise UserError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise UserError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def default_of(cls: type, field_name: str):
+    """The declared default of a dataclass field, for front ends that must not repeat it."""
+    for field in dataclasses.fields(cls):
+        if field.name == field_name:
+            assert field.default is not dataclasses.MISSING, field_name
+            return field.default
+    raise KeyError(field_name)

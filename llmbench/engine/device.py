@@ -1,0 +1,141 @@
+"""Device, dtype and thread selection, device sync, and the memory probe.
+
+Everything that differs between CPU, CUDA and Apple MPS lives here, so that the engine and
+the benchmarks call one `sync()` and one `peak_memory_bytes()` whatever they run on.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+
+import torch
+
+from llmbench.errors import DeviceUnavailable, UserError
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def available_devices() -> tuple[str, ...]:
+    """The concrete devices present here, best first."""
+    found = []
+    if torch.cuda.is_available():
+        found.append("cuda")
+    if _mps_available():
+        found.append("mps")
+    found.append("cpu")
+    return tuple(found)
+
+
+def resolve_device(name: str) -> torch.device:
+    """Turn `auto|cpu|cuda|mps` into a present torch.device, or raise DeviceUnavailable."""
+    if name not in DEVICES:
+        raise UserError(f"unknown device {name!r}: choose one of {', '.join(DEVICES)}")
+    present = available_devices()
+    if name == "auto":
+        return torch.device(present[0])
+    if name not in present:
+        raise DeviceUnavailable(
+            f"device {name!r} is not available on this machine (present: {', '.join(present)});"
+            " pass --device auto or one of those"
+        )
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """Turn a dtype name into a torch.dtype; `auto` is float32 on CPU, bfloat16 on CUDA
+    where supported (float16 otherwise), float16 on MPS."""
+    if name not in DTYPES:
+        raise UserError(f"unknown dtype {name!r}: choose one of {', '.join(DTYPES)}")
+    if name != "auto":
+        return getattr(torch, name)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    return torch.float32
+
+
+def set_threads(num_threads: int | None) -> int:
+    """Pin torch's intra-op thread count (CPU); returns the count in force.
+
+    Pinning matters for comparability: a baseline taken with 2 threads says nothing about
+    a run with 8, so the count is recorded with every run.
+    """
+    if num_threads is not None:
+        if num_threads < 1:
+            raise UserError(f"--threads must be at least 1, got {num_threads}")
+        torch.set_num_threads(num_threads)
+    return torch.get_num_threads()
+
+
+def sync(device: torch.device | str) -> None:
+    """Wait until all queued work on `device` has finished.
+
+    Every timed region ends here: without it, CUDA and MPS timings measure only the
+    kernel launches. An unknown device type is an error, not a silent no-op.
+    """
+    kind = torch.device(device).type
+    if kind == "cuda":
+        torch.cuda.synchronize(device)
+    elif kind == "mps":
+        torch.mps.synchronize()
+    elif kind != "cpu":
+        raise ValueError(f"no sync defined for device type {kind!r}")
+
+
+def reset_peak_memory(device: torch.device | str) -> None:
+    """Start a new peak-memory window where the device supports one (CUDA)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_bytes(device: torch.device | str) -> int:
+    """Peak memory: process RSS high-water mark on CPU, max allocated on CUDA,
+    currently allocated on MPS (MPS keeps no peak counter)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    if kind == "mps":
+        return int(torch.mps.current_allocated_memory())
+    if kind == "cpu":
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        # ru_maxrss is in KiB on Linux and in bytes on macOS.
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+    raise ValueError(f"no memory probe defined for device type {kind!r}")
+
+
+def _cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: torch.device | str) -> str:
+    """A human-readable, stable name for the hardware (CPU model or GPU name)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return torch.cuda.get_device_name(device)
+    if kind == "mps":
+        return f"Apple MPS ({platform.machine()})"
+    return _cpu_model_name()
+
+
+def thread_environment() -> dict[str, str]:
+    """The environment variables that change CPU kernel speed, for the run's record."""
+    keys = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY",
+            "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+    return {k: os.environ[k] for k in keys if k in os.environ}

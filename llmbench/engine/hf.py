@@ -1,0 +1,110 @@
+"""transformers' `model.generate`: the baseline path, timed like our own loop.
+
+A streamer records when each token leaves `generate` (after a device sync), so the HF path
+reports TTFT and per-token decode times too; batches go without it (streamers take one row).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from llmbench.engine.config import SamplingParams
+from llmbench.engine.device import sync
+from llmbench.engine.loop import GenerationResult, TokenEvent, build_result, check_fits
+from llmbench.engine.models import LoadedModel
+
+
+class _TimingStreamer:
+    """Receives the prompt once, then each new token; stamps each token's arrival."""
+
+    def __init__(self, device: torch.device, start: float):
+        self.device, self.start = device, start
+        self.times: list[float] = []
+        self._seen_prompt = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._seen_prompt:
+            self._seen_prompt = True
+            return
+        sync(self.device)
+        self.times.append(time.perf_counter() - self.start)
+
+    def end(self) -> None:
+        pass
+
+
+def _generate_kwargs(lm: LoadedModel, params: SamplingParams) -> dict:
+    kwargs = {"max_new_tokens": params.max_new_tokens, "pad_token_id": lm.pad_token_id,
+              "do_sample": not params.is_greedy}
+    if params.is_greedy:
+        # Cleared so a model's default sampling settings do not trigger warnings.
+        kwargs.update(temperature=None, top_k=None, top_p=None)
+    else:
+        kwargs.update(temperature=params.temperature, top_k=params.top_k or None,
+                      top_p=params.top_p)
+    if params.ignore_eos:
+        # Suppressing EOS would change the logits; instead, never stop on it, exactly like
+        # our loop with ignore_eos.
+        kwargs.update(eos_token_id=None, min_new_tokens=None)
+    else:
+        kwargs["eos_token_id"] = sorted(lm.eos_token_ids)
+    return kwargs
+
+
+@torch.inference_mode()
+def _run(lm: LoadedModel, input_ids, attention_mask, params: SamplingParams, streamer):
+    if params.seed is not None:
+        torch.manual_seed(params.seed)  # HF samples from the global generator
+    return lm.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                             streamer=streamer, **_generate_kwargs(lm, params))
+
+
+def hf_generate(lm: LoadedModel, prompt_ids: list[int], params: SamplingParams
+                ) -> GenerationResult:
+    """One sequence through `model.generate`, with per-token timestamps."""
+    check_fits(lm, len(prompt_ids), params)
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=lm.device)
+    attention_mask = torch.ones_like(input_ids)
+    sync(lm.device)
+    start = time.perf_counter()
+    streamer = _TimingStreamer(lm.device, start)
+    output = _run(lm, input_ids, attention_mask, params, streamer)
+    sync(lm.device)
+    latency = time.perf_counter() - start
+    new_ids = output[0, input_ids.shape[1]:].tolist()
+    if not params.ignore_eos:
+        new_ids = _cut_after_eos(new_ids, lm.eos_token_ids)
+    assert len(new_ids) == len(streamer.times), (len(new_ids), len(streamer.times))
+    events = [TokenEvent(i, t, s)
+              for i, (t, s) in enumerate(zip(new_ids, streamer.times, strict=True))]
+    return build_result(lm, len(prompt_ids), events, params, "hf", latency_s=latency)
+
+
+def _cut_after_eos(ids: list[int], eos: frozenset[int]) -> list[int]:
+    for i, token in enumerate(ids):
+        if token in eos:
+            return ids[: i + 1]
+    return ids
+
+
+def hf_generate_batch(lm: LoadedModel, prompts: list[list[int]], params: SamplingParams
+                      ) -> list[GenerationResult]:
+    """A left-padded static batch through `model.generate` (no per-token times)."""
+    from llmbench.engine.batching import left_pad
+
+    for prompt in prompts:
+        check_fits(lm, len(prompt), params)
+    input_ids, attention_mask = left_pad(prompts, lm.pad_token_id, lm.device)
+    sync(lm.device)
+    start = time.perf_counter()
+    output = _run(lm, input_ids, attention_mask, params, None)
+    sync(lm.device)
+    latency = time.perf_counter() - start
+    results = []
+    for row, prompt in zip(output[:, input_ids.shape[1]:].tolist(), prompts, strict=True):
+        ids = row if params.ignore_eos else _cut_after_eos(row, lm.eos_token_ids)
+        events = [TokenEvent(i, t, latency) for i, t in enumerate(ids)]
+        results.append(build_result(lm, len(prompt), events, params, "hf", latency_s=latency))
+    return results

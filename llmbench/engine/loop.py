@@ -1,0 +1,238 @@
+"""Generation: our prefill/decode loop with a KV cache, and transformers' `generate`.
+
+`prefill` runs the prompt once and keeps only the last position's logits; `decode_step`
+feeds one token per sequence and reuses the cache. `decode_loop` drives both for a batch
+and yields each step's tokens with a timestamp taken after a device sync; `stream` and
+`generate` are the single-sequence views of it. `hf_generate` is the baseline path every
+seed post starts from. All paths return the same `GenerationResult` record.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+import torch
+
+from llmbench.engine.config import SamplingParams
+from llmbench.engine.device import sync
+from llmbench.engine.models import LoadedModel
+from llmbench.errors import UserError
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One generated token as it leaves the engine; `time_s` counts from the request start."""
+
+    index: int
+    token_id: int
+    time_s: float
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """What one generation produced and how long each phase took."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    input_tokens: int
+    output_tokens: int
+    ttft_s: float  # prefill plus the first sampled token
+    decode_times_s: tuple[float, ...]  # one per token after the first
+    latency_s: float
+    finish_reason: str  # "stop" (EOS) or "length"
+    engine: str
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.output_tokens / self.latency_s if self.latency_s > 0 else float("inf")
+
+    @property
+    def decode_ms_per_token(self) -> float | None:
+        if not self.decode_times_s:
+            return None
+        return 1000.0 * sum(self.decode_times_s) / len(self.decode_times_s)
+
+    def to_dict(self) -> dict:
+        record = asdict(self)
+        record["token_ids"] = list(self.token_ids)
+        record["decode_times_s"] = list(self.decode_times_s)
+        record["tokens_per_second"] = self.tokens_per_second
+        record["decode_ms_per_token"] = self.decode_ms_per_token
+        return record
+
+
+@functools.cache
+def _cache_keyword(model_cls: type) -> str:
+    # transformers 5 renamed `past_key_values` to `cache`; support both so an upgrade can be
+    # benchmarked against the version before it.
+    params = inspect.signature(model_cls.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _forward(model, input_ids, attention_mask, position_ids, cache, use_cache: bool):
+    kwargs = {_cache_keyword(type(model)): cache}
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                use_cache=use_cache, logits_to_keep=1, **kwargs)
+    new_cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    return out.logits[:, -1, :], new_cache  # logits: [batch, vocab]
+
+
+def prefill(lm: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+            position_ids: torch.Tensor | None = None):
+    """Run the whole prompt once ([batch, seq]); returns (last-position logits, KV cache)."""
+    return _forward(lm.model, input_ids, attention_mask, position_ids, None, use_cache=True)
+
+
+def decode_step(lm: LoadedModel, token_ids: torch.Tensor, cache,
+                attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None):
+    """Feed one token per sequence ([batch, 1]) on top of `cache`; returns (logits, cache)."""
+    return _forward(lm.model, token_ids, attention_mask, position_ids, cache, use_cache=True)
+
+
+def sample_next(logits: torch.Tensor, params: SamplingParams,
+                generator: torch.Generator | None) -> torch.Tensor:
+    """Pick the next token per row of `logits` ([batch, vocab]) -> [batch]."""
+    if params.is_greedy:
+        return logits.argmax(dim=-1)
+    # Shift so the best score is 0 before dividing: a tiny temperature then sends the
+    # others to -inf instead of overflowing everything to inf (and softmax to NaN).
+    scores = logits.float()
+    scores = (scores - scores.max(dim=-1, keepdim=True).values) / params.temperature
+    if params.top_k:
+        kth = torch.topk(scores, min(params.top_k, scores.shape[-1]), dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+        probs = sorted_scores.softmax(dim=-1)
+        # Drop a token when the tokens ranked above it already cover top_p. The best token
+        # always survives, also when top_p is below float32's smallest value (~1e-45) and
+        # the comparison sees 0: with every token dropped, softmax is NaN and sampling fails.
+        drop = (probs.cumsum(dim=-1) - probs) >= params.top_p
+        drop[:, 0] = False
+        sorted_scores = sorted_scores.masked_fill(drop, float("-inf"))
+        scores = torch.full_like(scores, float("-inf")).scatter(-1, order, sorted_scores)
+    probs = scores.softmax(dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+
+
+def sampling_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
+    """The per-request RNG (None when greedy), seeded from `params.seed` when given; every
+    driver of `prefill`/`decode_step` (this loop, the server's scheduler) seeds the same way."""
+    if params.is_greedy:
+        return None
+    generator = torch.Generator(device=device)
+    if params.seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(params.seed)
+    return generator
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that skip left padding: [batch, seq]."""
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+def check_fits(lm: LoadedModel, num_input_tokens: int, params: SamplingParams) -> None:
+    """A user error unless the prompt plus the requested tokens fit the context window."""
+    if num_input_tokens < 1:
+        raise UserError("the prompt is empty: pass at least one token of text")
+    total = num_input_tokens + params.max_new_tokens
+    if total > lm.context_length:
+        raise UserError(
+            f"prompt of {num_input_tokens} tokens plus max_new_tokens={params.max_new_tokens} "
+            f"exceeds the model's context of {lm.context_length} tokens: shorten the prompt "
+            "or lower max_new_tokens"
+        )
+
+
+@torch.inference_mode()
+def decode_loop(lm: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                params: SamplingParams, use_cache: bool = True
+                ) -> Iterator[tuple[torch.Tensor, float]]:
+    """Yield (next tokens [batch], seconds since start) once per step, indefinitely.
+
+    The caller stops it (EOS, token limit). `attention_mask` is needed only when rows are
+    left-padded. With `use_cache=False` every step recomputes the whole sequence, which is
+    the seeds' cache-off experiment.
+    """
+    device = lm.device
+    generator = sampling_generator(params, device)
+    position_ids = positions_from_mask(attention_mask) if attention_mask is not None else None
+    sync(device)
+    start = time.perf_counter()
+    if use_cache:
+        logits, cache = prefill(lm, input_ids, attention_mask, position_ids)
+    else:
+        logits, _ = _forward(lm.model, input_ids, attention_mask, position_ids, None, False)
+    sequence = input_ids
+    while True:
+        next_tokens = sample_next(logits, params, generator)
+        sync(device)
+        yield next_tokens, time.perf_counter() - start
+        if attention_mask is not None:
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(
+                next_tokens), 1))], dim=-1)
+            position_ids = position_ids[:, -1:] + 1
+        if use_cache:
+            logits, cache = decode_step(lm, next_tokens[:, None], cache, attention_mask,
+                                        position_ids)
+        else:
+            sequence = torch.cat([sequence, next_tokens[:, None]], dim=-1)
+            full_positions = (positions_from_mask(attention_mask)
+                              if attention_mask is not None else None)
+            logits, _ = _forward(lm.model, sequence, attention_mask, full_positions, None, False)
+
+
+def _prompt_tensor(lm: LoadedModel, prompt_ids: list[int], params: SamplingParams):
+    check_fits(lm, len(prompt_ids), params)
+    return torch.tensor([prompt_ids], dtype=torch.long, device=lm.device)
+
+
+def stream(lm: LoadedModel, prompt_ids: list[int], params: SamplingParams,
+           use_cache: bool = True) -> Iterator[TokenEvent]:
+    """Yield each token of one sequence as it is produced, stopping on EOS or the limit."""
+    steps = decode_loop(lm, _prompt_tensor(lm, prompt_ids, params), None, params, use_cache)
+    try:
+        for index in range(params.max_new_tokens):
+            tokens, elapsed = next(steps)
+            token_id = int(tokens[0])
+            yield TokenEvent(index=index, token_id=token_id, time_s=elapsed)
+            if not params.ignore_eos and token_id in lm.eos_token_ids:
+                return
+    finally:
+        steps.close()
+
+
+def build_result(lm: LoadedModel, input_tokens: int, events: list[TokenEvent],
+                 params: SamplingParams, engine: str, latency_s: float | None = None
+                 ) -> GenerationResult:
+    """Assemble the record from per-token events (shared by every engine path)."""
+    token_ids = tuple(e.token_id for e in events)
+    times = [e.time_s for e in events]
+    stopped = (not params.ignore_eos and bool(token_ids)
+               and token_ids[-1] in lm.eos_token_ids)
+    return GenerationResult(
+        token_ids=token_ids,
+        text=lm.tokenizer.decode(token_ids, skip_special_tokens=True),
+        input_tokens=input_tokens,
+        output_tokens=len(token_ids),
+        ttft_s=times[0],
+        decode_times_s=tuple(b - a for a, b in zip(times, times[1:], strict=False)),
+        latency_s=times[-1] if latency_s is None else latency_s,
+        finish_reason="stop" if stopped else "length",
+        engine=engine,
+    )
+
+
+def generate(lm: LoadedModel, prompt_ids: list[int], params: SamplingParams,
+             use_cache: bool = True) -> GenerationResult:
+    """Our loop: prefill once, then one decode step per token."""
+    events = list(stream(lm, prompt_ids, params, use_cache))
+    return build_result(lm, len(prompt_ids), events, params, "loop" if use_cache else
+                        "loop-nocache")

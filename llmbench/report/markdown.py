@@ -1,0 +1,165 @@
+"""report.md as text: a table per benchmark group (median, IQR, tokens/s, ms/token, TTFT and
+ITL where recorded, and the gate's verdicts against a baseline), the plots, and both runs'
+environments side by side."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+
+from llmbench.gate import compare as gate
+from llmbench.report.plots import PlotOutcome
+from llmbench.report.run import Bench, Run, is_number
+from llmbench.runs import store as baselines
+
+# Groups whose rate is per prompt token: prefill is one parallel pass over the prompt.
+PROMPT_RATE_GROUPS = ("prefill",)
+
+
+def fmt_seconds(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e6:.3g} µs"
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _rates(bench: Bench, per_prompt_token: bool) -> tuple[float | None, float | None]:
+    """(tokens/s, ms/token): of generated tokens, or of prompt tokens for prefill."""
+    if not per_prompt_token:
+        return bench.tokens_per_second, bench.ms_per_token
+    count = bench.value("input_tokens")
+    if not is_number(count) or count <= 0:
+        return None, None
+    return count / bench.median_s, 1e3 * bench.median_s / count
+
+
+def _verdict_cells(c) -> list[str]:
+    if c is None:
+        return ["–", "–", "not in the baseline"]
+    high = "inf" if math.isinf(c.ci_high) else f"{c.ci_high:.3f}"
+    verdict = c.verdict.value
+    if verdict == "regression":
+        verdict = "**regression**"
+    elif c.rounds_needed is not None:
+        verdict += f" (~{c.rounds_needed} {c.unit}/side)"
+    return [fmt_seconds(c.baseline_median), f"{c.ratio:.3f} [{c.ci_low:.3f}, {high}]", verdict]
+
+
+def group_table(benches: list[Bench], result: gate.GateResult | None) -> list[str]:
+    """One markdown table for one group's benchmarks."""
+    per_prompt = benches[0].group in PROMPT_RATE_GROUPS
+    extras = [(k, label) for k, label in (("ttft_ms", "TTFT (ms)"), ("itl_ms", "ITL (ms)"))
+              if any(b.metric(k) is not None for b in benches)]
+    head = ["benchmark", "rounds", "median", "IQR",
+            *(["prompt tokens/s", "ms/prompt token"] if per_prompt else ["tokens/s", "ms/token"]),
+            *(label for _, label in extras)]
+    align = ["---"] + ["---:"] * (len(head) - 1)
+    if result is not None:
+        head += ["baseline median", "ratio [CI]", "verdict"]
+        align += ["---:", "---:", "---"]
+        by_key = {c.name: c for c in result.comparisons}
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    for b in benches:
+        metrics = [b.metric(k) for k, _ in extras]
+        name = b.name.replace("|", "\\|")
+        row = [f"`{name}`", str(b.rounds), fmt_seconds(b.median_s),
+               fmt_seconds(b.iqr_s), *(_fmt(v, d) for v, d in zip(_rates(b, per_prompt), (1, 2),
+                                                                   strict=True)),
+               *("–" if m is None else f"{m[0]:,.1f}" for m in metrics)]
+        if result is not None:
+            row += _verdict_cells(by_key.get(b.key))
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _env_value(value) -> str:
+    if value is None or value == {} or value == []:
+        return "–"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={_env_value(v)}" for k, v in value.items())
+    if isinstance(value, list) and all(is_number(v) for v in value):
+        return f"{len(value)} rounds, median {fmt_seconds(sorted(value)[len(value) // 2])}"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _fingerprint(fp) -> str:
+    """The model's identity in a line: architecture, size, dtype, and a hash of the rest."""
+    if not isinstance(fp, Mapping):
+        return _env_value(fp)
+    parts = [str(fp[k]) for k in ("architecture", "dtype") if fp.get(k)]
+    if is_number(n := fp.get("num_parameters")):
+        size = next((f"{n / s:.3g}{u}" for s, u in ((1e9, "B"), (1e6, "M"), (1e3, "k"))
+                     if n >= s), f"{n:g}")
+        parts.insert(min(1, len(parts)), f"{size} parameters")
+    source = fp.get("source")
+    if isinstance(source, Mapping):
+        source = source.get("kind") or source.get("path") or source.get("repo")
+    digest = hashlib.sha256(json.dumps(fp, sort_keys=True, default=str).encode()).hexdigest()
+    return ", ".join(parts + ([f"from {source}"] if source else []) + [f"sha256 {digest[:12]}"])
+
+
+def _environment_rows(run: Run) -> dict[str, str]:
+    env, section = run.environment, run.section
+    rows = {k: _env_value(env.get(k)) for k in ("model", "device", "device_name", "dtype",
+                                                "threads")}
+    rows["fingerprint"] = _fingerprint(env.get("fingerprint"))
+    rows.update({f"version: {k}": str(v) for k, v in (env.get("versions") or {}).items()})
+    rows["thread env"] = _env_value(env.get("thread_env"))
+    for key, label in (("profile", "profile"), ("rounds", "rounds"),
+                       ("warmup_rounds", "warm-up rounds"), ("shuffle_seed", "shuffle seed"),
+                       ("load_s", "model load (s)"), ("warmup_s", "warm-up (s)"),
+                       ("control_s", "control workload")):
+        rows[label] = _env_value(section.get(key))
+    commit = run.payload.get("commit_info") or {}
+    rows["commit"] = (str(commit.get("id") or "–")[:12] + (" (dirty)" if commit.get("dirty")
+                                                           else ""))
+    rows["date"] = str(run.payload.get("datetime") or "–")
+    return rows
+
+
+def environment_table(run: Run, baseline: Run | None) -> list[str]:
+    mine = _environment_rows(run)
+    if baseline is None:
+        return ["| field | run |", "|---|---|",
+                *(f"| {k} | {v.replace('|', '/')} |" for k, v in mine.items())]
+    theirs = _environment_rows(baseline)
+    lines = ["| field | run | baseline |", "|---|---|---|"]
+    for key in [*mine, *(k for k in theirs if k not in mine)]:
+        a, b = mine.get(key, "–"), theirs.get(key, "–")
+        mark = " **≠**" if a != b and key in baselines.MATCHED_FIELDS else ""
+        lines.append(f"| {key}{mark} | {a.replace('|', '/')} | {b.replace('|', '/')} |")
+    return lines
+
+
+def render_markdown(run: Run, result: gate.GateResult | None, baseline: Run | None,
+                    outcomes: tuple[PlotOutcome, ...]) -> str:
+    lines = [f"# llmbench report: {run.title}", ""]
+    if result is None:
+        env = _environment_rows(run)
+        lines += [f"Run: `{run.path}` (commit {env['commit']}, {env['date']}). No baseline: "
+                  "pass `--baseline B.json` for verdicts."]
+    else:
+        lines += [f"- {line}" for line in gate.header_lines(result)]
+        lines += ["", f"**{gate.summary_line(result)}**", "", "Ratio = median(run) / "
+                  "median(baseline), > 1 is slower; a regression needs a Holm-significant rank "
+                  "test and the whole CI beyond the threshold (see `llmbench compare`)."]
+    for group, benches in run.groups().items():
+        lines += ["", f"## {group}", "", *group_table(benches, result)]
+    lines += ["", "## Plots", "", "Points and bars are medians; whiskers span the fastest to "
+              "the slowest round (server TTFT and ITL: the range of the percentiles recorded)."
+              + (" The baseline is dashed with hollow markers, or hatched." if result else "")]
+    for o in outcomes:
+        if o.path is not None:
+            lines += ["", f"### {o.title}", "", o.description, "", f"![{o.title}]({o.file})"]
+    if skipped := [o for o in outcomes if o.path is None]:
+        lines += ["", "Not drawn:", "", *(f"- `{o.file}` ({o.title}): {o.skipped}"
+                                          for o in skipped)]
+    lines += ["", "## Environment", "", *environment_table(run, baseline)]
+    return "\n".join(lines) + "\n"
+

@@ -1,0 +1,373 @@
+"""Streaming clients for the native and OpenAI protocols, and the load generator.
+
+`run_load` sends `num_requests` streamed requests from `concurrency` workers (each sends its
+next request when the previous one ends) and returns a `LoadResult` with one
+`RequestSample` per request.
+
+Counting tokens: a stream chunk may carry several tokens, or none (a token that ends in an
+incomplete UTF-8 character arrives with the next one). Tokens are therefore counted with the
+model's tokenizer, never by chunks: after each chunk the text received so far is tokenized,
+and the chunk carries the growth of that count (never negative; the count kept is the
+highest seen, which is also the request's `output_tokens`).
+
+Timing rules, all measured on the client from just before the request is sent:
+  - TTFT is the arrival of the first chunk that carries a token.
+  - ITL is per token. A later chunk carrying n tokens that arrives dt after the previous
+    token-carrying chunk contributes n intervals of dt / n. The tokens beyond the first in
+    the first chunk arrived with it and contribute intervals of 0. So a request with N
+    tokens has N - 1 intervals, and their mean is its TPOT.
+  - TPOT is (latency - TTFT) / (N - 1), latency being the end of the stream.
+Counting and timing are computed after the run, from recorded (arrival, text) pairs, so
+tokenizing never delays reading the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import httpx
+import numpy as np
+
+from llmbench.engine.config import SamplingParams, default_of
+from llmbench.errors import UserError
+
+APIS = ("native", "openai")
+PERCENTILES = (50, 90, 99)
+
+
+def _default_url() -> str:
+    from llmbench.serve.app import ServerSettings
+
+    host, port = default_of(ServerSettings, "host"), default_of(ServerSettings, "port")
+    return f"http://{host}:{port}"
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """Where to send load, how much, and how long to keep at it."""
+
+    url: str = field(default_factory=_default_url)
+    api: str = "native"
+    concurrency: int = 1
+    num_requests: int = 32
+    chat: bool = True  # native: chat template; openai: /v1/chat/completions
+    model: str | None = None  # sent as the OpenAI `model` field
+    timeout_s: float = 120.0  # per request
+    duration_s: float | None = None  # whole run; requests still running then are cut off
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise UserError(f"--url must start with http:// or https://, got {self.url!r}")
+        if self.api not in APIS:
+            raise UserError(f"unknown api {self.api!r}: choose one of {', '.join(APIS)}")
+        if self.concurrency < 1 or self.num_requests < 1:
+            raise UserError("concurrency and number of requests must be at least 1, got "
+                            f"{self.concurrency} and {self.num_requests}")
+        if not self.timeout_s > 0 or (self.duration_s is not None and not self.duration_s > 0):
+            raise UserError("--timeout and --duration must be positive seconds")
+
+
+class ServerError(RuntimeError):
+    """The server answered with an error status or an error event."""
+
+
+@dataclass(frozen=True)
+class Stream:
+    """What one streamed request received: (arrival_s, text) per chunk, timed from send."""
+
+    chunks: tuple[tuple[float, str], ...]
+    end_s: float
+    server: dict  # the server's own account: native `done` metrics or OpenAI `usage`
+
+
+def token_timeline(chunks: Sequence[tuple[float, str]], count_tokens: Callable[[str], int]
+                   ) -> tuple[float | None, tuple[float, ...], int]:
+    """(TTFT, per-token ITLs, number of tokens) from (arrival_s, text) chunks; see the
+    module docstring for the rules."""
+    text, counted, ttft, last, itl = "", 0, None, 0.0, []
+    for arrival, piece in chunks:
+        text += piece
+        new = count_tokens(text) - counted
+        if new <= 0:
+            continue
+        counted += new
+        if ttft is None:
+            ttft = arrival
+            itl.extend([0.0] * (new - 1))
+        else:
+            itl.extend([(arrival - last) / new] * new)
+        last = arrival
+    return ttft, tuple(itl), counted
+
+
+@dataclass(frozen=True)
+class RequestSample:
+    """One request's timings; `error` is set (and timings empty) when it failed."""
+
+    latency_s: float
+    ttft_s: float | None = None
+    itl_s: tuple[float, ...] = ()
+    output_tokens: int = 0  # counted with the tokenizer
+    server_output_tokens: int | None = None  # as the server reported them
+    input_tokens: int | None = None  # as the server reported them
+    num_chunks: int = 0
+    error: str | None = None
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.ttft_s is None or self.output_tokens < 2:
+            return None
+        return (self.latency_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+def _summary(values: Sequence[float]) -> dict | None:
+    if not values:
+        return None
+    array = np.asarray(values, dtype=float) * 1e3
+    return {"mean": float(array.mean()),
+            **{f"p{q}": float(np.percentile(array, q)) for q in PERCENTILES}}
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """One load level: every request's sample, and summaries over them."""
+
+    config: LoadConfig
+    params: SamplingParams
+    duration_s: float  # wall time of the whole level
+    samples: tuple[RequestSample, ...]
+    num_cut_off: int = 0  # requests still running when `duration_s` ran out
+
+    @property
+    def ok(self) -> tuple[RequestSample, ...]:
+        return tuple(s for s in self.samples if s.error is None)
+
+    @property
+    def num_errors(self) -> int:
+        return len(self.samples) - len(self.ok) + self.num_cut_off
+
+    @property
+    def ttft_s(self) -> list[float]:
+        return [s.ttft_s for s in self.ok if s.ttft_s is not None]
+
+    @property
+    def itl_s(self) -> list[float]:
+        return [x for s in self.ok for x in s.itl_s]
+
+    @property
+    def tpot_s(self) -> list[float]:
+        return [s.tpot_s for s in self.ok if s.tpot_s is not None]
+
+    @property
+    def latency_s(self) -> list[float]:
+        return [s.latency_s for s in self.ok]
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(s.output_tokens for s in self.ok)
+
+    @property
+    def request_throughput(self) -> float:
+        return len(self.ok) / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def token_throughput(self) -> float:
+        """Output tokens per second over the whole level."""
+        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
+
+    def summary(self) -> dict:
+        """Milliseconds (mean, p50, p90, p99), throughputs and error counts."""
+        return {"concurrency": self.config.concurrency, "num_requests": len(self.samples),
+                "num_ok": len(self.ok), "num_errors": self.num_errors,
+                "num_cut_off": self.num_cut_off, "duration_s": self.duration_s,
+                "request_throughput": self.request_throughput,
+                "token_throughput": self.token_throughput, "output_tokens": self.output_tokens,
+                "ttft_ms": _summary(self.ttft_s), "itl_ms": _summary(self.itl_s),
+                "tpot_ms": _summary(self.tpot_s), "latency_ms": _summary(self.latency_s),
+                "errors": sorted({s.error for s in self.samples if s.error})}
+
+    def to_dict(self) -> dict:
+        return {"config": asdict(self.config), "params": asdict(self.params),
+                "summary": self.summary(), "samples": [asdict(s) for s in self.samples]}
+
+
+# -- the protocols ---------------------------------------------------------------------
+
+
+def request_body(config: LoadConfig, prompt: str, params: SamplingParams, stream: bool
+                 ) -> tuple[str, dict]:
+    """(path, JSON body) of one request in `config.api`'s protocol."""
+    body: dict = {"temperature": params.temperature, "top_p": params.top_p}
+    if params.seed is not None:
+        body["seed"] = params.seed
+    if config.api == "native":
+        body.update(prompt=prompt, max_new_tokens=params.max_new_tokens, top_k=params.top_k,
+                    ignore_eos=params.ignore_eos, chat=config.chat)
+        return ("/stream" if stream else "/generate"), body
+    # OpenAI: top_k and ignore_eos are extensions (vLLM's too); sent only when they matter.
+    if params.top_k:
+        body["top_k"] = params.top_k
+    if params.ignore_eos:
+        body["ignore_eos"] = True
+    if config.model:
+        body["model"] = config.model
+    body.update(max_tokens=params.max_new_tokens, stream=stream)
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    if config.chat:
+        return "/v1/chat/completions", {**body, "messages": [{"role": "user",
+                                                               "content": prompt}]}
+    return "/v1/completions", {**body, "prompt": prompt}
+
+
+async def _sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+    """(event name, data) per Server-Sent Event; the name is "message" when not given."""
+    name, data = "message", []
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                yield name, "\n".join(data)
+            name, data = "message", []
+        elif line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+    if data:
+        yield name, "\n".join(data)
+
+
+def _openai_text(chunk: dict) -> str:
+    if "error" in chunk:
+        raise ServerError(f"error event: {chunk['error']}")
+    text = ""
+    for choice in chunk.get("choices") or ():
+        text += choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+    return text
+
+
+async def stream_request(client: httpx.AsyncClient, config: LoadConfig, prompt: str,
+                         params: SamplingParams) -> Stream:
+    """Send one streamed request and record when each chunk of text arrived."""
+    path, body = request_body(config, prompt, params, stream=True)
+    chunks: list[tuple[float, str]] = []
+    server: dict = {}
+    start = time.perf_counter()
+    async with client.stream("POST", config.url.rstrip("/") + path, json=body) as response:
+        if response.status_code != 200:
+            detail = (await response.aread()).decode("utf-8", "replace")[:300]
+            raise ServerError(f"HTTP {response.status_code}: {detail}")
+        async for event, data in _sse_events(response):
+            arrival = time.perf_counter() - start
+            if data == "[DONE]":
+                break
+            payload = json.loads(data)
+            if event == "error":
+                raise ServerError(f"error event: {payload.get('detail')}")
+            if config.api == "native":
+                if event == "done":
+                    server = payload
+                text = payload.get("text") or ""
+            else:
+                server = payload.get("usage") or server
+                text = _openai_text(payload)
+            if text:
+                chunks.append((arrival, text))
+    return Stream(tuple(chunks), time.perf_counter() - start, server)
+
+
+def generate_once(url: str, prompt: str, params: SamplingParams, chat: bool = True,
+                  timeout_s: float = default_of(LoadConfig, "timeout_s")) -> dict:
+    """One blocking `POST /generate` on a native server; the response JSON."""
+    return _post_once(LoadConfig(url=url, chat=chat, timeout_s=timeout_s), prompt, params)
+
+
+def _post_once(config: LoadConfig, prompt: str, params: SamplingParams) -> dict:
+    """One blocking, non-streamed request in `config.api`'s protocol; the reply JSON."""
+    path, body = request_body(config, prompt, params, stream=False)
+    response = httpx.post(config.url.rstrip("/") + path, json=body, timeout=config.timeout_s)
+    if response.status_code != 200:
+        raise ServerError(f"HTTP {response.status_code}: {response.text[:300]}")
+    return response.json()
+
+
+def complete_once(config: LoadConfig, prompt: str, params: SamplingParams) -> dict:
+    """One blocking, non-streamed request in `config.api`'s protocol; returns
+    {"text", "input_tokens", "output_tokens"} as the server reported them."""
+    reply = _post_once(config, prompt, params)
+    if config.api == "native":
+        return {"text": reply["text"], "input_tokens": reply["input_tokens"],
+                "output_tokens": reply["output_tokens"]}
+    choice = reply["choices"][0]
+    text = choice["message"]["content"] if "message" in choice else choice["text"]
+    usage = reply.get("usage") or {}
+    return {"text": text, "input_tokens": usage.get("prompt_tokens"),
+            "output_tokens": usage.get("completion_tokens")}
+
+
+# -- the load generator ----------------------------------------------------------------
+
+
+def _sample(stream: Stream, count_tokens: Callable[[str], int], api: str) -> RequestSample:
+    ttft, itl, tokens = token_timeline(stream.chunks, count_tokens)
+    key_out, key_in = (("output_tokens", "input_tokens") if api == "native"
+                       else ("completion_tokens", "prompt_tokens"))
+    return RequestSample(latency_s=stream.end_s, ttft_s=ttft, itl_s=itl, output_tokens=tokens,
+                         server_output_tokens=stream.server.get(key_out),
+                         input_tokens=stream.server.get(key_in), num_chunks=len(stream.chunks))
+
+
+async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
+                         prompts: Sequence[str], progress: Callable[[], None] | None = None
+                         ) -> LoadResult:
+    """The load level `config` describes; see `run_load`."""
+    if not prompts:
+        raise UserError("the load generator needs at least one prompt")
+    results: list[Stream | str] = []
+    next_index = itertools.count()
+    started = 0
+    # Nagle's algorithm would hold small request writes for the server's delayed ACK.
+    transport = httpx.AsyncHTTPTransport(
+        limits=httpx.Limits(max_connections=config.concurrency),
+        socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+
+    async with httpx.AsyncClient(transport=transport, timeout=config.timeout_s) as client:
+        async def worker() -> None:
+            nonlocal started
+            while (index := next(next_index)) < config.num_requests:
+                started += 1
+                try:
+                    results.append(await stream_request(client, config,
+                                                        prompts[index % len(prompts)], params))
+                except (httpx.HTTPError, ServerError, ValueError) as exc:
+                    results.append(f"{type(exc).__name__}: {exc}"[:300])
+                if progress is not None:
+                    progress()
+
+        start = time.perf_counter()
+        tasks = [asyncio.create_task(worker()) for _ in range(config.concurrency)]
+        _, pending = await asyncio.wait(tasks, timeout=config.duration_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        duration = time.perf_counter() - start
+
+    def count_tokens(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    samples = tuple(RequestSample(latency_s=0.0, error=r) if isinstance(r, str)
+                    else _sample(r, count_tokens, config.api) for r in results)
+    return LoadResult(config, params, duration, samples, num_cut_off=started - len(results))
+
+
+def run_load(config: LoadConfig, params: SamplingParams, tokenizer, prompts: Sequence[str],
+             progress: Callable[[], None] | None = None) -> LoadResult:
+    """Send `config.num_requests` streamed requests, `config.concurrency` at a time, and
+    measure each; blocks until done or `config.duration_s` has passed. `tokenizer` counts
+    tokens (`models.load_tokenizer`); `prompts` are cycled through."""
+    return asyncio.run(run_load_async(config, params, tokenizer, prompts, progress))
