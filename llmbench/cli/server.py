@@ -3,7 +3,7 @@
 `serve` binds 127.0.0.1 unless --host says otherwise. `load` sweeps concurrency levels
 against a server, prints one summary line per level to stderr, and writes the full JSON
 (one record per level, every request's sample) to stdout or to --output, which must not
-exist yet.
+exist yet; it exits 1 when any request failed (see `cmd_load`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from llmbench.engine.config import EngineConfig, default_of
-from llmbench.errors import EXIT_OK, UserError
+from llmbench.errors import EXIT_OK, EXIT_REGRESSION, UserError
 
 
 def _concurrency_list(text: str) -> list[int]:
@@ -57,9 +57,14 @@ def register(subparsers) -> None:
     serve.set_defaults(func=cmd_serve)
 
     c = lambda name: default_of(LoadConfig, name)  # noqa: E731
-    load = subparsers.add_parser("load", help="send streamed requests at several concurrency "
-                                              "levels and report TTFT, ITL, TPOT, latency "
-                                              "and throughput")
+    load = subparsers.add_parser(
+        "load", help="send streamed requests at several concurrency levels and report TTFT, "
+                     "ITL, TPOT, latency and throughput",
+        description="Throughputs and percentiles count served requests only (goodput): an "
+                    "error, an empty answer, or with --fixed-length a short one, is a "
+                    "failure, counted per reason. Exit status: 0 when every request was "
+                    "served, 1 when any failed (the JSON is written either way), 2 on a "
+                    "usage error, or when no request reached a server that accepted it.")
     load.add_argument("--url", default=LoadConfig().url, metavar="URL",
                       help="the server's base URL. Default: %(default)r")
     load.add_argument("--api", choices=APIS, default=c("api"), help="Default: %(default)r")
@@ -104,12 +109,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
+    """Exit 0 when every request of every level was served; 1 when any failed (an error,
+    an empty answer, a short fixed-length answer, a cut-off): like the server benchmarks,
+    which fail on any of these, the figures then describe only the requests that survived,
+    so a script must not take them as the run it asked for. The JSON is written either
+    way, with the failures counted per reason. 2 is a usage error: bad flags, or a first
+    level where no request reached a server that accepted it (nothing listening at --url,
+    the wrong --api, or a request the server refuses with 4xx)."""
     from tqdm import tqdm
 
     from llmbench.cli import sampling_params
     from llmbench.engine.models import load_tokenizer
     from llmbench.engine.prompts import questions
     from llmbench.serve.client import LoadConfig, run_load
+    from llmbench.serve.load_result import summary_line
 
     if args.output is not None and args.output.exists():
         raise UserError(f"{args.output} exists: remove it or pass another --output")
@@ -124,12 +137,12 @@ def cmd_load(args: argparse.Namespace) -> int:
         with tqdm(total=config.num_requests, desc=f"concurrency {config.concurrency}",
                   unit="req", file=sys.stderr, disable=None) as bar:
             result = run_load(config, params, tokenizer, questions(), progress=bar.update)
-        summary = result.summary()
-        if not result.ok:
-            raise UserError(f"every request failed at concurrency {config.concurrency} "
-                            f"({summary['errors'][0] if summary['errors'] else 'cut off'}): "
-                            f"is a server running at {config.url} with the {config.api} API?")
-        print(_line(summary), file=sys.stderr)
+        if not levels and _is_refused(result):
+            raise UserError(f"no request was accepted at concurrency {config.concurrency} "
+                            f"({result.samples[0].error}): is a server running at "
+                            f"{config.url} with the {config.api} API, and do the flags "
+                            "suit it?")
+        print(summary_line(result.summary()), file=sys.stderr)
         levels.append(result.to_dict())
     text = json.dumps({"url": args.url, "api": args.api, "model": args.model,
                        "levels": levels}, indent=2)
@@ -138,15 +151,24 @@ def cmd_load(args: argparse.Namespace) -> int:
     else:
         with open(args.output, "x", encoding="utf-8") as fh:  # "x": never overwrite
             fh.write(text + "\n")
-    return EXIT_OK
+    failed = [lv["summary"] for lv in levels if lv["summary"]["num_errors"]]
+    if not failed:
+        return EXIT_OK
+    print(f"llmbench load: failed: {sum(s['num_errors'] for s in failed)} of "
+          f"{sum(lv['summary']['num_requests'] for lv in levels)} requests, at concurrency "
+          f"{', '.join(str(s['concurrency']) for s in failed)}", file=sys.stderr)
+    return EXIT_REGRESSION
 
 
-def _line(summary: dict) -> str:
-    def ms(name: str) -> str:
-        s = summary[name]
-        return "-" if s is None else f"{s['p50']:.1f}/{s['p99']:.1f}"
+def _is_refused(result) -> bool:
+    """True when every request failed before the server would serve it: no connection, or
+    a 4xx other than 408 and 429 (those say "not now", not "not like this")."""
+    from llmbench.serve.client import CONNECTION_ERROR
 
-    return (f"concurrency {summary['concurrency']}: {summary['num_ok']} ok, "
-            f"{summary['num_errors']} errors, {summary['token_throughput']:.1f} tokens/s, "
-            f"{summary['request_throughput']:.2f} req/s; ms p50/p99: TTFT {ms('ttft_ms')}, "
-            f"ITL {ms('itl_ms')}, TPOT {ms('tpot_ms')}, latency {ms('latency_ms')}")
+    def refused(reason: str | None) -> bool:
+        return reason == CONNECTION_ERROR or (
+            reason is not None and reason.startswith("HTTP 4")
+            and reason not in ("HTTP 408", "HTTP 429"))
+
+    return bool(result.samples) and not result.num_cut_off and all(
+        refused(s.reason) for s in result.samples)

@@ -1,24 +1,10 @@
 """Streaming clients for the native and OpenAI protocols, and the load generator.
 
 `run_load` sends `num_requests` streamed requests from `concurrency` workers (each sends its
-next request when the previous one ends) and returns a `LoadResult` with one
-`RequestSample` per request.
-
-Counting tokens: a stream chunk may carry several tokens, or none (a token that ends in an
-incomplete UTF-8 character arrives with the next one). Tokens are therefore counted with the
-model's tokenizer, never by chunks: after each chunk the text received so far is tokenized,
-and the chunk carries the growth of that count (never negative; the count kept is the
-highest seen, which is also the request's `output_tokens`).
-
-Timing rules, all measured on the client from just before the request is sent:
-  - TTFT is the arrival of the first chunk that carries a token.
-  - ITL is per token. A later chunk carrying n tokens that arrives dt after the previous
-    token-carrying chunk contributes n intervals of dt / n. The tokens beyond the first in
-    the first chunk arrived with it and contribute intervals of 0. So a request with N
-    tokens has N - 1 intervals, and their mean is its TPOT.
-  - TPOT is (latency - TTFT) / (N - 1), latency being the end of the stream.
-Counting and timing are computed after the run, from recorded (arrival, text) pairs, so
-tokenizing never delays reading the stream.
+next request when the previous one ends) and returns a `LoadResult` (see `load_result` for
+what counts as served, how tokens are counted and the timing rules) with one
+`RequestSample` per request. Each stream is recorded as (arrival, text) pairs and counted
+and timed after the run, so tokenizing never delays reading the stream.
 """
 
 from __future__ import annotations
@@ -29,16 +15,18 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import httpx
-import numpy as np
 
 from llmbench.engine.config import SamplingParams, default_of
 from llmbench.errors import UserError
+from llmbench.serve.load_result import LoadResult, RequestSample, judged, token_timeline
 
 APIS = ("native", "openai")
-PERCENTILES = (50, 90, 99)
+# Why a request got no answer at all (beside an HTTP status); `load_result` names the rest.
+ERROR_EVENT, TIMEOUT, CONNECTION_ERROR, BAD_STREAM = (
+    "error event", "timeout", "connection error", "bad stream")
 
 
 def _default_url() -> str:
@@ -74,7 +62,12 @@ class LoadConfig:
 
 
 class ServerError(RuntimeError):
-    """The server answered with an error status or an error event."""
+    """The server answered with an error status or an error event; `reason` is the short
+    kind a load level counts ("HTTP 503", "error event")."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -84,117 +77,6 @@ class Stream:
     chunks: tuple[tuple[float, str], ...]
     end_s: float
     server: dict  # the server's own account: native `done` metrics or OpenAI `usage`
-
-
-def token_timeline(chunks: Sequence[tuple[float, str]], count_tokens: Callable[[str], int]
-                   ) -> tuple[float | None, tuple[float, ...], int]:
-    """(TTFT, per-token ITLs, number of tokens) from (arrival_s, text) chunks; see the
-    module docstring for the rules."""
-    text, counted, ttft, last, itl = "", 0, None, 0.0, []
-    for arrival, piece in chunks:
-        text += piece
-        new = count_tokens(text) - counted
-        if new <= 0:
-            continue
-        counted += new
-        if ttft is None:
-            ttft = arrival
-            itl.extend([0.0] * (new - 1))
-        else:
-            itl.extend([(arrival - last) / new] * new)
-        last = arrival
-    return ttft, tuple(itl), counted
-
-
-@dataclass(frozen=True)
-class RequestSample:
-    """One request's timings; `error` is set (and timings empty) when it failed."""
-
-    latency_s: float
-    ttft_s: float | None = None
-    itl_s: tuple[float, ...] = ()
-    output_tokens: int = 0  # counted with the tokenizer
-    server_output_tokens: int | None = None  # as the server reported them
-    input_tokens: int | None = None  # as the server reported them
-    num_chunks: int = 0
-    error: str | None = None
-
-    @property
-    def tpot_s(self) -> float | None:
-        if self.ttft_s is None or self.output_tokens < 2:
-            return None
-        return (self.latency_s - self.ttft_s) / (self.output_tokens - 1)
-
-
-def _summary(values: Sequence[float]) -> dict | None:
-    if not values:
-        return None
-    array = np.asarray(values, dtype=float) * 1e3
-    return {"mean": float(array.mean()),
-            **{f"p{q}": float(np.percentile(array, q)) for q in PERCENTILES}}
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    """One load level: every request's sample, and summaries over them."""
-
-    config: LoadConfig
-    params: SamplingParams
-    duration_s: float  # wall time of the whole level
-    samples: tuple[RequestSample, ...]
-    num_cut_off: int = 0  # requests still running when `duration_s` ran out
-
-    @property
-    def ok(self) -> tuple[RequestSample, ...]:
-        return tuple(s for s in self.samples if s.error is None)
-
-    @property
-    def num_errors(self) -> int:
-        return len(self.samples) - len(self.ok) + self.num_cut_off
-
-    @property
-    def ttft_s(self) -> list[float]:
-        return [s.ttft_s for s in self.ok if s.ttft_s is not None]
-
-    @property
-    def itl_s(self) -> list[float]:
-        return [x for s in self.ok for x in s.itl_s]
-
-    @property
-    def tpot_s(self) -> list[float]:
-        return [s.tpot_s for s in self.ok if s.tpot_s is not None]
-
-    @property
-    def latency_s(self) -> list[float]:
-        return [s.latency_s for s in self.ok]
-
-    @property
-    def output_tokens(self) -> int:
-        return sum(s.output_tokens for s in self.ok)
-
-    @property
-    def request_throughput(self) -> float:
-        return len(self.ok) / self.duration_s if self.duration_s > 0 else 0.0
-
-    @property
-    def token_throughput(self) -> float:
-        """Output tokens per second over the whole level."""
-        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
-
-    def summary(self) -> dict:
-        """Milliseconds (mean, p50, p90, p99), throughputs and error counts."""
-        return {"concurrency": self.config.concurrency, "num_requests": len(self.samples),
-                "num_ok": len(self.ok), "num_errors": self.num_errors,
-                "num_cut_off": self.num_cut_off, "duration_s": self.duration_s,
-                "request_throughput": self.request_throughput,
-                "token_throughput": self.token_throughput, "output_tokens": self.output_tokens,
-                "ttft_ms": _summary(self.ttft_s), "itl_ms": _summary(self.itl_s),
-                "tpot_ms": _summary(self.tpot_s), "latency_ms": _summary(self.latency_s),
-                "errors": sorted({s.error for s in self.samples if s.error})}
-
-    def to_dict(self) -> dict:
-        return {"config": asdict(self.config), "params": asdict(self.params),
-                "summary": self.summary(), "samples": [asdict(s) for s in self.samples]}
 
 
 # -- the protocols ---------------------------------------------------------------------
@@ -244,7 +126,7 @@ async def _sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, str]
 
 def _openai_text(chunk: dict) -> str:
     if "error" in chunk:
-        raise ServerError(f"error event: {chunk['error']}")
+        raise ServerError(ERROR_EVENT, str(chunk["error"]))
     text = ""
     for choice in chunk.get("choices") or ():
         text += choice.get("text") or (choice.get("delta") or {}).get("content") or ""
@@ -261,14 +143,14 @@ async def stream_request(client: httpx.AsyncClient, config: LoadConfig, prompt: 
     async with client.stream("POST", config.url.rstrip("/") + path, json=body) as response:
         if response.status_code != 200:
             detail = (await response.aread()).decode("utf-8", "replace")[:300]
-            raise ServerError(f"HTTP {response.status_code}: {detail}")
+            raise ServerError(f"HTTP {response.status_code}", detail)
         async for event, data in _sse_events(response):
             arrival = time.perf_counter() - start
             if data == "[DONE]":
                 break
             payload = json.loads(data)
             if event == "error":
-                raise ServerError(f"error event: {payload.get('detail')}")
+                raise ServerError(ERROR_EVENT, str(payload.get("detail")))
             if config.api == "native":
                 if event == "done":
                     server = payload
@@ -292,7 +174,7 @@ def _post_once(config: LoadConfig, prompt: str, params: SamplingParams) -> dict:
     path, body = request_body(config, prompt, params, stream=False)
     response = httpx.post(config.url.rstrip("/") + path, json=body, timeout=config.timeout_s)
     if response.status_code != 200:
-        raise ServerError(f"HTTP {response.status_code}: {response.text[:300]}")
+        raise ServerError(f"HTTP {response.status_code}", response.text[:300])
     return response.json()
 
 
@@ -313,13 +195,33 @@ def complete_once(config: LoadConfig, prompt: str, params: SamplingParams) -> di
 # -- the load generator ----------------------------------------------------------------
 
 
-def _sample(stream: Stream, count_tokens: Callable[[str], int], api: str) -> RequestSample:
+def _sample(stream: Stream, count_tokens: Callable[[str], int], config: LoadConfig,
+            params: SamplingParams) -> RequestSample:
+    """The stream counted, timed and judged; the server's token count wins over ours."""
     ttft, itl, tokens = token_timeline(stream.chunks, count_tokens)
-    key_out, key_in = (("output_tokens", "input_tokens") if api == "native"
+    key_out, key_in = (("output_tokens", "input_tokens") if config.api == "native"
                        else ("completion_tokens", "prompt_tokens"))
-    return RequestSample(latency_s=stream.end_s, ttft_s=ttft, itl_s=itl, output_tokens=tokens,
-                         server_output_tokens=stream.server.get(key_out),
-                         input_tokens=stream.server.get(key_in), num_chunks=len(stream.chunks))
+    reported = stream.server.get(key_out)
+    return judged(RequestSample(
+        latency_s=stream.end_s, ttft_s=ttft, itl_s=itl,
+        output_tokens=tokens if reported is None else reported,
+        counted_by="tokenizer" if reported is None else "server", tokenizer_tokens=tokens,
+        server_output_tokens=reported, input_tokens=stream.server.get(key_in),
+        num_chunks=len(stream.chunks)), params)
+
+
+def _failure(exc: Exception, latency_s: float) -> RequestSample:
+    """A request that got no answer to judge: why, and when it gave up."""
+    if isinstance(exc, ServerError):
+        reason = exc.reason
+    elif isinstance(exc, httpx.TimeoutException):
+        reason = TIMEOUT
+    elif isinstance(exc, httpx.HTTPError):
+        reason = CONNECTION_ERROR
+    else:  # ValueError: an event whose data is not JSON
+        reason = BAD_STREAM
+    return RequestSample(latency_s=latency_s, reason=reason,
+                         error=f"{type(exc).__name__}: {exc}"[:300])
 
 
 async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
@@ -328,7 +230,7 @@ async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
     """The load level `config` describes; see `run_load`."""
     if not prompts:
         raise UserError("the load generator needs at least one prompt")
-    results: list[Stream | str] = []
+    results: list[Stream | RequestSample] = []
     next_index = itertools.count()
     started = 0
     # Nagle's algorithm would hold small request writes for the server's delayed ACK.
@@ -341,11 +243,12 @@ async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
             nonlocal started
             while (index := next(next_index)) < config.num_requests:
                 started += 1
+                sent = time.perf_counter()
                 try:
                     results.append(await stream_request(client, config,
                                                         prompts[index % len(prompts)], params))
                 except (httpx.HTTPError, ServerError, ValueError) as exc:
-                    results.append(f"{type(exc).__name__}: {exc}"[:300])
+                    results.append(_failure(exc, time.perf_counter() - sent))
                 if progress is not None:
                     progress()
 
@@ -360,8 +263,8 @@ async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
     def count_tokens(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    samples = tuple(RequestSample(latency_s=0.0, error=r) if isinstance(r, str)
-                    else _sample(r, count_tokens, config.api) for r in results)
+    samples = tuple(r if isinstance(r, RequestSample) else _sample(r, count_tokens, config, params)
+                    for r in results)
     return LoadResult(config, params, duration, samples, num_cut_off=started - len(results))
 
 
@@ -369,5 +272,6 @@ def run_load(config: LoadConfig, params: SamplingParams, tokenizer, prompts: Seq
              progress: Callable[[], None] | None = None) -> LoadResult:
     """Send `config.num_requests` streamed requests, `config.concurrency` at a time, and
     measure each; blocks until done or `config.duration_s` has passed. `tokenizer` counts
-    tokens (`models.load_tokenizer`); `prompts` are cycled through."""
+    tokens where the server does not (`models.load_tokenizer`); `prompts` are cycled
+    through. Empty answers, and short ones for fixed-length `params`, count as failures."""
     return asyncio.run(run_load_async(config, params, tokenizer, prompts, progress))

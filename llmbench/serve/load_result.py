@@ -1,0 +1,230 @@
+"""What one load level measured: each request's sample, whether it was served, and the
+level's summary and summary line.
+
+A request is served (it counts towards goodput) only when it ended without an error and
+its answer holds tokens: a stream that ends with HTTP 200 but no token at all is an
+"empty answer", and with fixed-length requests (`ignore_eos`) an answer with fewer tokens
+than `max_new_tokens` is a "short answer". Some servers do exactly that under load (one
+that interrupts its running request when a new one arrives answers the interrupted ones
+with 200 and nothing), so counting such streams as served would report throughput that
+was never delivered. Throughputs and latency percentiles are over served requests only;
+every failure keeps its reason, counted per reason for the level.
+
+Counting tokens: the count judged and summed is the server's own (`usage` on the OpenAI
+routes with `stream_options.include_usage`, the `done` event's `output_tokens` on the
+native `/stream`) when it reports one, else the tokenizer's count of the text received,
+and each sample says which (`counted_by`). The tokenizer's count is a fallback because
+re-tokenizing text is not the same as counting generated tokens: special tokens decode to
+no text, and a model may emit a split of the text that the tokenizer would merge.
+
+Timing rules, all measured on the client from just before the request is sent:
+  - TTFT is the arrival of the first chunk that carries a token.
+  - ITL is per token, over the tokenizer's count (the only count that is known chunk by
+    chunk). A later chunk carrying n tokens that arrives dt after the previous
+    token-carrying chunk contributes n intervals of dt / n. The tokens beyond the first in
+    the first chunk arrived with it and contribute intervals of 0. So a request with N
+    tokens has N - 1 intervals, and their mean is its TPOT.
+  - TPOT is (latency - TTFT) / (N - 1), latency being the end of the stream.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # the client imports this module; the config is only named here
+    from llmbench.engine.config import SamplingParams
+    from llmbench.serve.client import LoadConfig
+
+PERCENTILES = (50, 90, 99)
+EMPTY_ANSWER = "empty answer"
+SHORT_ANSWER = "short answer"
+CUT_OFF = "cut off"
+
+
+def token_timeline(chunks: Sequence[tuple[float, str]], count_tokens: Callable[[str], int]
+                   ) -> tuple[float | None, tuple[float, ...], int]:
+    """(TTFT, per-token ITLs, number of tokens) from (arrival_s, text) chunks.
+
+    A chunk may carry several tokens, or none (a token that ends in an incomplete UTF-8
+    character arrives with the next one), so after each chunk the text received so far is
+    tokenized and the chunk carries the growth of that count (never negative: the count
+    kept is the highest seen). See the module docstring for the timing rules."""
+    text, counted, ttft, last, itl = "", 0, None, 0.0, []
+    for arrival, piece in chunks:
+        text += piece
+        new = count_tokens(text) - counted
+        if new <= 0:
+            continue
+        counted += new
+        if ttft is None:
+            ttft = arrival
+            itl.extend([0.0] * (new - 1))
+        else:
+            itl.extend([(arrival - last) / new] * new)
+        last = arrival
+    return ttft, tuple(itl), counted
+
+
+@dataclass(frozen=True)
+class RequestSample:
+    """One request. `reason` and `error` are set when it failed (`reason` is the short kind
+    the level counts, `error` the full account); a stream that arrived but failed the check
+    keeps its timings and counts, a request that never got an answer has none."""
+
+    latency_s: float
+    ttft_s: float | None = None
+    itl_s: tuple[float, ...] = ()
+    output_tokens: int = 0  # judged and summed: the server's count if reported, else ours
+    counted_by: str | None = None  # whose count output_tokens is: "server" or "tokenizer"
+    tokenizer_tokens: int = 0  # the received text's tokens by the tokenizer (ITL's count)
+    server_output_tokens: int | None = None  # as the server reported them
+    input_tokens: int | None = None  # as the server reported them
+    num_chunks: int = 0
+    reason: str | None = None
+    error: str | None = None
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.ttft_s is None or self.tokenizer_tokens < 2:
+            return None
+        return (self.latency_s - self.ttft_s) / (self.tokenizer_tokens - 1)
+
+
+def judged(sample: RequestSample, params: SamplingParams) -> RequestSample:
+    """`sample`, marked failed when its answer is empty, or short of a fixed length."""
+    if sample.error is not None:
+        return sample
+    count = f"{sample.output_tokens} by the {sample.counted_by}'s count"
+    if sample.ttft_s is None:
+        return replace(sample, reason=EMPTY_ANSWER,
+                       error=f"{EMPTY_ANSWER}: the stream ended without any text ({count})")
+    if sample.output_tokens == 0:
+        return replace(sample, reason=EMPTY_ANSWER, error=f"{EMPTY_ANSWER}: {count}")
+    if params.ignore_eos and sample.output_tokens < params.max_new_tokens:
+        return replace(sample, reason=SHORT_ANSWER,
+                       error=f"{SHORT_ANSWER}: {count}, {params.max_new_tokens} asked for")
+    return sample
+
+
+def _summary(values: Sequence[float]) -> dict | None:
+    if not values:
+        return None
+    array = np.asarray(values, dtype=float) * 1e3
+    return {"mean": float(array.mean()),
+            **{f"p{q}": float(np.percentile(array, q)) for q in PERCENTILES}}
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """One load level: every request's sample, and summaries over the served ones."""
+
+    config: LoadConfig
+    params: SamplingParams
+    duration_s: float  # wall time of the whole level
+    samples: tuple[RequestSample, ...]
+    num_cut_off: int = 0  # requests still running when `duration_s` ran out
+
+    @property
+    def ok(self) -> tuple[RequestSample, ...]:
+        """The served requests: the goodput's."""
+        return tuple(s for s in self.samples if s.error is None)
+
+    @property
+    def num_requests(self) -> int:
+        """Requests started, cut-off ones included."""
+        return len(self.samples) + self.num_cut_off
+
+    @property
+    def num_errors(self) -> int:
+        return self.num_requests - len(self.ok)
+
+    @property
+    def errors_by_reason(self) -> dict[str, int]:
+        counts = Counter(s.reason for s in self.samples if s.error is not None)
+        if self.num_cut_off:
+            counts[CUT_OFF] = self.num_cut_off
+        return dict(counts.most_common())
+
+    @property
+    def is_mostly_failed(self) -> bool:
+        return self.num_errors > self.num_requests / 2
+
+    @property
+    def ttft_s(self) -> list[float]:
+        return [s.ttft_s for s in self.ok if s.ttft_s is not None]
+
+    @property
+    def itl_s(self) -> list[float]:
+        return [x for s in self.ok for x in s.itl_s]
+
+    @property
+    def tpot_s(self) -> list[float]:
+        return [s.tpot_s for s in self.ok if s.tpot_s is not None]
+
+    @property
+    def latency_s(self) -> list[float]:
+        return [s.latency_s for s in self.ok]
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(s.output_tokens for s in self.ok)
+
+    @property
+    def request_throughput(self) -> float:
+        """Served requests per second over the whole level."""
+        return len(self.ok) / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def token_throughput(self) -> float:
+        """Served requests' output tokens per second over the whole level."""
+        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
+
+    def summary(self) -> dict:
+        """Milliseconds (mean, p50, p90, p99) and throughputs over the served requests;
+        failures counted per reason, and their distinct messages."""
+        return {"concurrency": self.config.concurrency, "num_requests": self.num_requests,
+                "num_ok": len(self.ok), "num_errors": self.num_errors,
+                "is_mostly_failed": self.is_mostly_failed,
+                "errors_by_reason": self.errors_by_reason, "num_cut_off": self.num_cut_off,
+                "duration_s": self.duration_s, "request_throughput": self.request_throughput,
+                "token_throughput": self.token_throughput, "output_tokens": self.output_tokens,
+                "tokens_counted_by": dict(Counter(s.counted_by for s in self.ok)),
+                "ttft_ms": _summary(self.ttft_s), "itl_ms": _summary(self.itl_s),
+                "tpot_ms": _summary(self.tpot_s), "latency_ms": _summary(self.latency_s),
+                "errors": sorted({s.error for s in self.samples if s.error})}
+
+    def to_dict(self) -> dict:
+        return {"config": asdict(self.config), "params": asdict(self.params),
+                "summary": self.summary(), "samples": [asdict(s) for s in self.samples]}
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {name}" for name, n in counts.items())
+
+
+def summary_line(summary: dict) -> str:
+    """One level in a line: served and failed requests (a level where most failed says so
+    first), goodput, percentiles over the served requests, and whose token count was used."""
+    def ms(name: str) -> str:
+        s = summary[name]
+        return "-" if s is None else f"{s['p50']:.1f}/{s['p99']:.1f}"
+
+    ok, errors, reasons = summary["num_ok"], summary["num_errors"], summary["errors_by_reason"]
+    if summary["is_mostly_failed"]:
+        head = (f"MOSTLY FAILED: {errors} of {summary['num_requests']} requests failed "
+                f"({_counts(reasons)}), {ok} ok")
+    else:
+        head = f"{ok} ok, {errors} errors" + (f" ({_counts(reasons)})" if errors else "")
+    counted = summary["tokens_counted_by"]
+    by = ", ".join(f"the {name}" + (f" ({n})" if len(counted) > 1 else "")
+                   for name, n in counted.items())
+    return (f"concurrency {summary['concurrency']}: {head}; goodput "
+            f"{summary['token_throughput']:.1f} tokens/s, "
+            f"{summary['request_throughput']:.2f} req/s; ms p50/p99: TTFT {ms('ttft_ms')}, "
+            f"ITL {ms('itl_ms')}, TPOT {ms('tpot_ms')}, latency {ms('latency_ms')}"
+            + (f"; tokens counted by {by}" if by else ""))
