@@ -12,12 +12,12 @@ import json
 import numpy as np
 import pytest
 
+from llmbench import gate
 from llmbench.cli import main
 from llmbench.errors import EXIT_USAGE
-from llmbench.gate import compare as gate
 from llmbench.report import plots
-from llmbench.report import run as report_run
 from llmbench.report import write as report
+from llmbench.runs import Benchmark
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CORE_PLOTS = ("output_sweep.png", "input_sweep.png", "prefill_decode.png", "kv_cache.png",
@@ -257,7 +257,7 @@ def test_verdicts_come_from_the_gate(tmp_path):
     base = report.load_run(make_run(tmp_path / "b.json", seed=1))
     run = report.load_run(make_run(tmp_path / "c.json", seed=2, slow=1.5))
     result = report.compare(base, run)
-    assert {c.name for c in result.comparisons} == {b.key for b in run.benchmarks}
+    assert {c.name for c in result.comparisons} == set(run.benchmarks)
     decode = {c.name: c for c in result.comparisons}["benchmarks/x.py::test_decode_steps[ctx=16]"]
     assert decode.verdict.value == "regression" and decode.threshold == pytest.approx(0.10)
     strict = report.compare(base, run, gate.GateOptions(threshold=0.6))
@@ -347,7 +347,7 @@ def test_output_path_that_is_a_file_exits_2(tmp_path, capsys):
 
 def test_metric_reads_numbers_summaries_and_flat_keys():
     def bench(extra):
-        return report_run.Bench("k", "b", "g", {}, extra, 1.0, 1.0, 1.0, 0.0, 1)
+        return Benchmark("k", "b", "g", samples=(1.0,), extra_info=extra)
 
     assert bench({"ttft_ms": 5}).metric("ttft_ms") == (5.0, 5.0, 5.0)
     assert bench({"itl_ms": {"p50": 4, "p99": 9, "min": 2}}).metric("itl_ms") == (4.0, 2.0, 9.0)
