@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from llmbench import runs as baselines
 from llmbench.bench.profiles import DEFAULT_PROFILE, PROFILES, SWEEP_ARGNAMES
 from llmbench.bench.settings import SETTINGS_KEY, BenchSettings
 from llmbench.engine.config import DEFAULT_MODEL, EngineConfig
 from llmbench.engine.device import DEVICES, DTYPES, resolve_device, resolve_dtype
 from llmbench.errors import UserError
-from llmbench.runs import store as baselines
 
 pytest_plugins = [
     "fixtures.model", "fixtures.timing", "fixtures.session_record", "fixtures.server",

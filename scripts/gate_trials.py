@@ -38,11 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
+from llmbench import gate
+from llmbench import runs as baselines
 from llmbench.errors import UserError
 from llmbench.gate import ab
-from llmbench.gate import compare as gate
 from llmbench.gate.stats import Verdict
-from llmbench.runs import store as baselines
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Outcome:
 
 def run_suite(root: Path, out: Path, args: list[str]) -> Path:
     """One `pytest --benchmark-only` run in `root`, saved under `out`; its run file."""
-    side = ab.Side("trial", root)
+    side = ab.Checkout("trial", root)
     before = set(out.glob("*/*.json"))
     cmd = [sys.executable, "-m", "pytest", "--benchmark-only", "-q", "-p", "no:cacheprovider",
            f"--baseline-dir={out}", *args]
@@ -216,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                 for kind, extra in (("aa", ()), ("slow", tuple(inject))):
                     print(f"A/B: trial {i}/{args.ab_trials} ({kind})", flush=True)
                     base, cand = ab.run_blocks(
-                        ab.Side("baseline", root, commit=sha),
-                        ab.Side("candidate", root, extra, commit=sha),
+                        ab.Checkout("baseline", root, commit=sha),
+                        ab.Checkout("candidate", root, extra, commit=sha),
                         blocks=args.blocks, rounds=args.ab_rounds, pytest_args=common,
                         workdir=out / f"ab-{kind}-{i:02d}", log=sys.stdout)
                     outcomes += judge(kind, base, cand, options, args.target_group, ("ab",))

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from gate_runs import REPO, SELECTION, TINY_ARGS
 
+from llmbench import gate
 from llmbench.cli import main
 from llmbench.errors import EXIT_USAGE
 from llmbench.gate import ab
-from llmbench.gate import compare as gate
 from llmbench.gate.stats import Verdict
 
 FAKE_CONFTEST = '''
@@ -160,12 +160,12 @@ def test_unknown_revision_and_no_repository(fake_repo, tmp_path):
 def test_a_side_that_would_import_another_llmbench_is_refused(tmp_path):
     (tmp_path / "conftest.py").write_text("")  # a checkout without its own llmbench
     with pytest.raises(ab.ABError, match="would import llmbench from .*, not from its checkout"):
-        ab.check_imports(ab.Side("baseline", tmp_path))
+        ab.check_imports(ab.Checkout("baseline", tmp_path))
 
 
 def test_a_revision_without_the_suite_is_refused(tmp_path):
     with pytest.raises(ab.ABError, match="has no conftest.py"):
-        ab.check_imports(ab.Side("baseline", tmp_path))
+        ab.check_imports(ab.Checkout("baseline", tmp_path))
 
 
 def test_cli_passes_everything_after_double_dash_to_pytest(monkeypatch, capsys):

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from gate_runs import ENVIRONMENT, make_run, write_run
 
-from llmbench.runs import store as baselines
-from llmbench.runs.store import EnvironmentMismatch, NoBaseline, RunError
+from llmbench import runs
+from llmbench.runs import EnvironmentMismatch, NoBaseline, RunError
 
 DATA = Path(__file__).parent / "data"
 
 
 def test_load_run_reads_samples_environment_and_control(tmp_path):
     path = write_run(tmp_path / "0001_x.json", make_run(1))
-    run = baselines.load_run(path)
+    run = runs.load_run(path)
     assert run.source == str(path)
     assert len(run.benchmarks) == 4
     bench = run.benchmarks["benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]"]
@@ -33,7 +33,7 @@ def test_load_run_reads_samples_environment_and_control(tmp_path):
 
 def test_load_run_reads_a_real_saved_run():
     """A run saved by the suite (tiny model, trimmed to three benchmarks)."""
-    run = baselines.load_run(DATA / "tiny_run.json")
+    run = runs.load_run(DATA / "tiny_run.json")
     assert {b.group for b in run.benchmarks.values()} == {"prefill", "decode"}
     assert all(len(b.samples) == 6 for b in run.benchmarks.values())
     assert run.environment["model"] == "tiny"
@@ -44,7 +44,7 @@ def test_a_folder_means_its_newest_run(tmp_path):
     for number in (2, 10, 9):
         write_run(tmp_path / f"{number:04d}_x.json", make_run(number))
     (tmp_path / "notes.json").write_text("{}")
-    assert Path(baselines.load_run(tmp_path).source).name == "0010_x.json"
+    assert Path(runs.load_run(tmp_path).source).name == "0010_x.json"
 
 
 @pytest.mark.parametrize("content, fragments", [
@@ -58,7 +58,7 @@ def test_unusable_files_are_one_line_errors(tmp_path, content, fragments):
     path = tmp_path / "run.json"
     path.write_text(content)
     with pytest.raises(RunError) as exc:
-        baselines.load_run(path)
+        runs.load_run(path)
     message = str(exc.value)
     assert "\n" not in message and str(path) in message
     for fragment in fragments:
@@ -67,9 +67,9 @@ def test_unusable_files_are_one_line_errors(tmp_path, content, fragments):
 
 def test_missing_file_and_empty_folder(tmp_path):
     with pytest.raises(RunError, match="no such run file: .*nope.json"):
-        baselines.load_run(tmp_path / "nope.json")
+        runs.load_run(tmp_path / "nope.json")
     with pytest.raises(RunError, match="holds no numbered runs"):
-        baselines.load_run(tmp_path)
+        runs.load_run(tmp_path)
 
 
 def test_a_run_without_raw_samples_names_the_flag_that_saves_them(tmp_path):
@@ -78,7 +78,7 @@ def test_a_run_without_raw_samples_names_the_flag_that_saves_them(tmp_path):
         del entry["stats"]["data"]
     path = write_run(tmp_path / "run.json", run)
     with pytest.raises(RunError) as exc:
-        baselines.load_run(path)
+        runs.load_run(path)
     assert "no raw per-round samples" in str(exc.value)
     assert "--benchmark-save-data" in str(exc.value)
     assert "--baseline-dir" in str(exc.value)
@@ -87,7 +87,7 @@ def test_a_run_without_raw_samples_names_the_flag_that_saves_them(tmp_path):
 def test_a_baselines_root_names_its_environment_folders(tmp_path):
     write_run(tmp_path / "tiny-cpu-float32" / "0001_x.json", make_run(1))
     with pytest.raises(RunError, match=r"no numbered runs .*folders \(tiny-cpu-float32\)"):
-        baselines.load_run(tmp_path)
+        runs.load_run(tmp_path)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), "fast"])
@@ -95,22 +95,22 @@ def test_damaged_samples_are_refused(tmp_path, bad):
     run = make_run(1)
     run["benchmarks"][0]["stats"]["data"][3] = bad
     with pytest.raises(RunError, match="test_prefill"):
-        baselines.load_run(write_run(tmp_path / "run.json", run))
+        runs.load_run(write_run(tmp_path / "run.json", run))
 
 
 def test_a_run_with_one_benchmark_twice_is_refused(tmp_path):
     run = make_run(1)
     run["benchmarks"].append(copy.deepcopy(run["benchmarks"][0]))
     with pytest.raises(RunError, match="appears twice"):
-        baselines.load_run(write_run(tmp_path / "run.json", run))
+        runs.load_run(write_run(tmp_path / "run.json", run))
 
 
 def test_plain_pytest_benchmark_json_loads_without_environment(tmp_path):
     run = make_run(1)
     del run["llmbench"]
-    loaded = baselines.load_run(write_run(tmp_path / "run.json", run))
+    loaded = runs.load_run(write_run(tmp_path / "run.json", run))
     assert loaded.environment is None and loaded.control_s == ()
-    assert baselines.environment_differences(loaded.environment, ENVIRONMENT) == [
+    assert runs.environment_differences(loaded.environment, ENVIRONMENT) == [
         "no llmbench environment record in the baseline run"]
 
 
@@ -123,18 +123,18 @@ def test_plain_pytest_benchmark_json_loads_without_environment(tmp_path):
 ])
 def test_environment_differences_name_each_field(field, value, expected):
     other = {**ENVIRONMENT, field: value}
-    assert baselines.environment_differences(ENVIRONMENT, other) == [expected]
+    assert runs.environment_differences(ENVIRONMENT, other) == [expected]
 
 
 def test_fingerprint_difference_lists_its_keys_and_versions_are_allowed():
     other = copy.deepcopy(ENVIRONMENT)
     other["fingerprint"]["num_parameters"] += 1
     other["versions"]["torch"] = "2.14.0"
-    assert baselines.environment_differences(ENVIRONMENT, other) == [
+    assert runs.environment_differences(ENVIRONMENT, other) == [
         "model fingerprint differs in num_parameters"]
     upgraded = {**ENVIRONMENT, "versions": {**ENVIRONMENT["versions"], "torch": "2.14.0"}}
-    assert baselines.environment_differences(ENVIRONMENT, upgraded) == []
-    assert baselines.version_differences(ENVIRONMENT, upgraded) == {
+    assert runs.environment_differences(ENVIRONMENT, upgraded) == []
+    assert runs.version_differences(ENVIRONMENT, upgraded) == {
         "torch": ("2.13.0+cpu", "2.14.0")}
 
 
@@ -150,71 +150,71 @@ def test_latest_run_is_the_newest_of_the_same_environment(tmp_path):
     write_run(tmp_path / "0002_b.json", make_run(2))
     write_run(tmp_path / "0003_c.json", make_run(3, environment=env4))
     (tmp_path / "0004_broken.json").write_text("{")
-    assert baselines.latest_run(tmp_path).name == "0004_broken.json"
-    assert baselines.latest_run(tmp_path, environment=ENVIRONMENT).name == "0002_b.json"
-    assert baselines.latest_run(tmp_path, environment=env4).name == "0003_c.json"
-    excluded = baselines.latest_run(tmp_path, environment=ENVIRONMENT,
+    assert runs.latest_run(tmp_path).name == "0004_broken.json"
+    assert runs.latest_run(tmp_path, environment=ENVIRONMENT).name == "0002_b.json"
+    assert runs.latest_run(tmp_path, environment=env4).name == "0003_c.json"
+    excluded = runs.latest_run(tmp_path, environment=ENVIRONMENT,
                                     exclude=[tmp_path / "0002_b.json"])
     assert excluded.name == "0001_a.json"
-    assert baselines.latest_run(tmp_path / "absent") is None
-    assert baselines.latest_run(tmp_path, environment={**ENVIRONMENT, "dtype": "x"}) is None
+    assert runs.latest_run(tmp_path / "absent") is None
+    assert runs.latest_run(tmp_path, environment={**ENVIRONMENT, "dtype": "x"}) is None
 
 
 def test_latest_comparable_never_takes_another_machines_run_and_says_why(tmp_path):
     with pytest.raises(NoBaseline) as none:
-        baselines.latest_comparable(tmp_path, ENVIRONMENT)
+        runs.latest_comparable(tmp_path, ENVIRONMENT)
     assert str(none.value) == f"{tmp_path} holds no other run"
     mine = write_run(tmp_path / "0001_a.json", make_run(1))
     other_cpu = {**ENVIRONMENT, "device_name": "Another CPU"}
     write_run(tmp_path / "0002_b.json", make_run(2, environment=other_cpu))
-    assert baselines.latest_comparable(tmp_path, ENVIRONMENT) == mine
+    assert runs.latest_comparable(tmp_path, ENVIRONMENT) == mine
     with pytest.raises(NoBaseline) as excluded:
-        baselines.latest_comparable(tmp_path, ENVIRONMENT, exclude=[mine])
+        runs.latest_comparable(tmp_path, ENVIRONMENT, exclude=[mine])
     assert str(excluded.value) == f"{tmp_path} holds 1 other run, none of this environment"
     with pytest.raises(NoBaseline, match="no llmbench environment record"):
-        baselines.latest_comparable(tmp_path, None)
+        runs.latest_comparable(tmp_path, None)
 
 
 def test_pool_runs_concatenates_samples_of_shared_benchmarks():
-    a = baselines.run_from_json(make_run(1, rounds=3), "a")
+    a = runs.run_from_json(make_run(1, rounds=3), "a")
     b_json = make_run(2, rounds=4)
     b_json["benchmarks"].pop()  # one benchmark only in the first run
-    b = baselines.run_from_json(b_json, "b")
-    pooled = baselines.pool_runs([a, b], "pooled")
+    b = runs.run_from_json(b_json, "b")
+    pooled = runs.pool_runs([a, b], "pooled")
     assert pooled.source == "pooled"
     assert len(pooled.benchmarks) == 3
     for key, bench in pooled.benchmarks.items():
         assert bench.samples == a.benchmarks[key].samples + b.benchmarks[key].samples
         assert bench.blocks == (3, 4)  # each run's rounds stay one block
     assert pooled.control_s == a.control_s + b.control_s
-    assert baselines.pool_runs([pooled, a], "again").benchmarks[key].blocks == (3, 4, 3)
+    assert runs.pool_runs([pooled, a], "again").benchmarks[key].blocks == (3, 4, 3)
 
 
 def test_pool_runs_refuses_mixed_environments():
-    a = baselines.run_from_json(make_run(1), "a")
-    b = baselines.run_from_json(make_run(2, environment={**ENVIRONMENT, "threads": 1}), "b")
+    a = runs.run_from_json(make_run(1), "a")
+    b = runs.run_from_json(make_run(2, environment={**ENVIRONMENT, "threads": 1}), "b")
     with pytest.raises(EnvironmentMismatch, match="threads 2 vs 1"):
-        baselines.pool_runs([a, b], "pooled")
+        runs.pool_runs([a, b], "pooled")
 
 
 def test_save_numbered_never_overwrites(tmp_path):
-    first = baselines.save_numbered(tmp_path, {"n": 1}, "abc")
-    second = baselines.save_numbered(tmp_path, {"n": 2}, "abc")
+    first = runs.save_numbered(tmp_path, {"n": 1}, "abc")
+    second = runs.save_numbered(tmp_path, {"n": 2}, "abc")
     assert (first.name, second.name) == ("0001_abc.json", "0002_abc.json")
     assert json.loads(first.read_text()) == {"n": 1}
-    assert baselines.list_runs(tmp_path) == [first, second]
+    assert runs.list_runs(tmp_path) == [first, second]
     with pytest.raises(FileExistsError):
-        baselines.write_new_json(first, {"n": 3})
+        runs.write_new_json(first, {"n": 3})
     assert json.loads(first.read_text()) == {"n": 1}
     assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
 
 
 def test_same_run_means_identical_samples_in_every_shared_benchmark():
-    run = baselines.run_from_json(make_run(1), "a")
-    assert baselines.is_same_run(run, baselines.run_from_json(make_run(1), "a copy"))
-    one_changed = baselines.run_from_json(make_run(1, factors={"test_prefill[in=32]": 1.01}),
+    run = runs.run_from_json(make_run(1), "a")
+    assert runs.is_same_run(run, runs.run_from_json(make_run(1), "a copy"))
+    one_changed = runs.run_from_json(make_run(1, factors={"test_prefill[in=32]": 1.01}),
                                           "b")
-    assert not baselines.is_same_run(run, one_changed)
-    assert not baselines.is_same_run(run, baselines.run_from_json(make_run(2), "c"))
-    other = baselines.run_from_json(make_run(1, benchmarks={"test_other": "other"}), "d")
-    assert not baselines.is_same_run(run, other)  # nothing in common: not one run
+    assert not runs.is_same_run(run, one_changed)
+    assert not runs.is_same_run(run, runs.run_from_json(make_run(2), "c"))
+    other = runs.run_from_json(make_run(1, benchmarks={"test_other": "other"}), "d")
+    assert not runs.is_same_run(run, other)  # nothing in common: not one run

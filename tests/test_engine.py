@@ -307,12 +307,12 @@ def test_sampling_with_the_same_generator_seed_repeats():
 
 
 def _results(lm, n):
+    """A result of every path that times each token (the HF batch times only the batch)."""
     prompt = question_ids(lm)
     params = SamplingParams(max_new_tokens=n, ignore_eos=True)
     other = exact_length_ids(lm.tokenizer, 4)
     return [generate(lm, prompt, params), generate(lm, prompt, params, use_cache=False),
-            hf_generate(lm, prompt, params), *generate_static_batch(lm, [prompt, other], params),
-            *hf_generate_batch(lm, [prompt, other], params)]
+            hf_generate(lm, prompt, params), *generate_static_batch(lm, [prompt, other], params)]
 
 
 def test_generation_result_fields_are_consistent(tiny_lm):
@@ -332,6 +332,21 @@ def test_generation_result_fields_are_consistent(tiny_lm):
         assert record["engine"] == result.engine
         assert record["decode_ms_per_token"] == pytest.approx(
             1000 * sum(result.decode_times_s) / 5)
+        assert record["tokens_per_second"] == pytest.approx(6 / result.latency_s)
+
+
+def test_hf_batch_records_ttft_as_unknown_not_as_the_batch_latency(tiny_lm):
+    """`model.generate` on a batch reports no per-token times: TTFT and decode times are
+    unknown (None and none), never the whole batch's latency stamped on every token."""
+    prompt = question_ids(tiny_lm)
+    params = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    batch = hf_generate_batch(tiny_lm, [prompt, exact_length_ids(tiny_lm.tokenizer, 4)], params)
+    for result in batch:
+        assert result.output_tokens == 6 and result.latency_s > 0
+        assert result.ttft_s is None
+        assert result.decode_times_s == () and result.decode_ms_per_token is None
+        record = json.loads(json.dumps(result.to_dict()))
+        assert record["ttft_s"] is None and record["decode_ms_per_token"] is None
         assert record["tokens_per_second"] == pytest.approx(6 / result.latency_s)
 
 

@@ -20,18 +20,17 @@ from gate_runs import (
     write_run,
 )
 
+from llmbench import gate
 from llmbench.errors import EXIT_OK, EXIT_REGRESSION, UserError
-from llmbench.gate import compare as gate
 from llmbench.gate.stats import Verdict
-from llmbench.runs import store as baselines
-from llmbench.runs.store import EnvironmentMismatch
+from llmbench.runs import EnvironmentMismatch, Run, pool_runs, run_from_json
 
 DECODE = {"benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]",
           "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=128]"}
 
 
-def _run(seed, **kw) -> baselines.Run:
-    return baselines.run_from_json(make_run(seed, **kw), f"run{seed}")
+def _run(seed, **kw) -> Run:
+    return run_from_json(make_run(seed, **kw), f"run{seed}")
 
 
 def _verdicts(result: gate.GateResult) -> dict[str, Verdict]:
@@ -157,7 +156,7 @@ def test_normalize_divides_out_a_slower_machine():
 def test_normalize_without_control_samples_is_a_user_error():
     bare = make_run(2)
     bare["llmbench"]["control_s"] = []
-    candidate = baselines.run_from_json(bare, "bare")
+    candidate = run_from_json(bare, "bare")
     assert gate.compare_runs(_run(1), candidate).speed is None
     with pytest.raises(UserError, match="--normalize needs .* bare has none"):
         gate.compare_runs(_run(1), candidate, gate.GateOptions(normalize=True))
@@ -172,7 +171,7 @@ def test_no_benchmarks_in_common_is_a_user_error():
 def test_benchmarks_in_one_run_only_are_listed_not_compared():
     fewer = make_run(2)
     fewer["benchmarks"].pop()
-    result = gate.compare_runs(_run(1), baselines.run_from_json(fewer, "fewer"))
+    result = gate.compare_runs(_run(1), run_from_json(fewer, "fewer"))
     assert len(result.comparisons) == 3
     assert result.only_baseline == ("benchmarks/test_prefill_decode.py::test_decode_steps"
                                     "[ctx=128]",)
@@ -184,7 +183,7 @@ def test_same_name_in_two_modules_is_labelled_by_fullname():
     a, b = make_run(1), make_run(2)
     for run, seed in ((a, 3), (b, 4)):
         run["benchmarks"] += make_run(seed, module="test_other")["benchmarks"]
-    result = gate.compare_runs(baselines.run_from_json(a, "a"), baselines.run_from_json(b, "b"))
+    result = gate.compare_runs(run_from_json(a, "a"), run_from_json(b, "b"))
     assert sorted(result.labels.values())[0] == (
         "benchmarks/test_other.py::test_decode_steps[ctx=128]")
 
@@ -322,8 +321,8 @@ def test_pytest_cannot_compare_at_the_end_is_a_junit_error(suite, runs, tmp_path
     assert error is not None and "threads 3 vs 1" in error.get("message")
 
 
-def _pooled(seeds, **kw) -> baselines.Run:
-    return baselines.pool_runs([_run(s, **kw) for s in seeds], f"pooled{seeds[0]}")
+def _pooled(seeds, **kw) -> Run:
+    return pool_runs([_run(s, **kw) for s in seeds], f"pooled{seeds[0]}")
 
 
 def test_pooled_ab_runs_are_judged_on_their_blocks():

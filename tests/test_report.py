@@ -12,12 +12,12 @@ import json
 import numpy as np
 import pytest
 
+from llmbench import gate
 from llmbench.cli import main
 from llmbench.errors import EXIT_USAGE
-from llmbench.gate import compare as gate
 from llmbench.report import plots
-from llmbench.report import run as report_run
 from llmbench.report import write as report
+from llmbench.runs import Benchmark
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CORE_PLOTS = ("output_sweep.png", "input_sweep.png", "prefill_decode.png", "kv_cache.png",
@@ -237,6 +237,36 @@ def test_baseline_latest_is_the_newest_other_run_of_the_environment(tmp_path, ca
                                                              ).read_text()
 
 
+def test_a_folder_means_its_newest_run_as_in_compare(tmp_path, capsys):
+    folder = tmp_path / "tiny-cpu-float32"
+    folder.mkdir()
+    older = make_run(folder / "0001_a.json", seed=1, groups={"decode"})
+    newest = make_run(folder / "0002_b.json", seed=2, slow=1.5, groups={"decode"})
+    code, out, err = _run(capsys, folder, "--baseline", "latest", "-o", tmp_path / "r")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == f"baseline: {older} (the latest run of this environment)"
+    assert f"- candidate: {newest} (" in (tmp_path / "r" / "report.md").read_text()
+    assert main(["compare", str(older), str(folder)]) == 1  # the same newest run, judged
+
+
+def test_an_unmeasured_ttft_shows_as_unknown(tmp_path):
+    path = make_run(tmp_path / "run.json", groups={"engines"})
+    payload = json.loads(path.read_text())
+    for bench in payload["benchmarks"]:  # as the suite records them: hf batches unmeasured
+        unmeasured = bench["params"] == {"engine": "hf", "engine_batch": 8}
+        bench["extra_info"]["ttft_ms"] = None if unmeasured else 20.0
+    path.write_text(json.dumps(payload))
+    assert main(["report", str(path), "-o", str(tmp_path / "r")]) == 0
+    table = _section((tmp_path / "r" / "report.md").read_text(), "engines")
+    rows = {cells[0]: cells for line in table.splitlines() if line.startswith("| `")
+            for cells in [line.strip("| ").split(" | ")]}
+    head = next(line for line in table.splitlines() if line.startswith("| benchmark"))
+    column = head.strip("| ").split(" | ").index("TTFT (ms)")
+    assert rows["`test_engine[hf-bs=8]`"][column] == "–"
+    assert rows["`test_engine[loop-bs=8]`"][column] == rows["`test_engine[hf-bs=1]`"][column]
+    assert rows["`test_engine[loop-bs=8]`"][column] == "20.0"
+
+
 @pytest.mark.parametrize("others, why", [
     (0, "holds no other run"),
     (1, "holds 1 other run, none of this environment"),
@@ -257,7 +287,7 @@ def test_verdicts_come_from_the_gate(tmp_path):
     base = report.load_run(make_run(tmp_path / "b.json", seed=1))
     run = report.load_run(make_run(tmp_path / "c.json", seed=2, slow=1.5))
     result = report.compare(base, run)
-    assert {c.name for c in result.comparisons} == {b.key for b in run.benchmarks}
+    assert {c.name for c in result.comparisons} == set(run.benchmarks)
     decode = {c.name: c for c in result.comparisons}["benchmarks/x.py::test_decode_steps[ctx=16]"]
     assert decode.verdict.value == "regression" and decode.threshold == pytest.approx(0.10)
     strict = report.compare(base, run, gate.GateOptions(threshold=0.6))
@@ -347,7 +377,7 @@ def test_output_path_that_is_a_file_exits_2(tmp_path, capsys):
 
 def test_metric_reads_numbers_summaries_and_flat_keys():
     def bench(extra):
-        return report_run.Bench("k", "b", "g", {}, extra, 1.0, 1.0, 1.0, 0.0, 1)
+        return Benchmark("k", "b", "g", samples=(1.0,), extra_info=extra)
 
     assert bench({"ttft_ms": 5}).metric("ttft_ms") == (5.0, 5.0, 5.0)
     assert bench({"itl_ms": {"p50": 4, "p99": 9, "min": 2}}).metric("itl_ms") == (4.0, 2.0, 9.0)
@@ -356,6 +386,7 @@ def test_metric_reads_numbers_summaries_and_flat_keys():
     assert bench({"itl_ms": 4, "itl_p90_ms": 7, "tpot_ms": 9}).metric("itl_ms") == (4.0, 4.0, 7.0)
     assert bench({"itl_ms": [3, 1, 2]}).metric("itl_ms") == (2.0, 1.0, 3.0)
     assert bench({"itl_ms": None}).metric("itl_ms") is None  # the client's empty summary
+    assert bench({"ttft_ms": None}).metric("ttft_ms") is None  # recorded as not measured
     assert bench({}).metric("itl_ms") is None
 
 

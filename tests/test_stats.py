@@ -1,4 +1,4 @@
-"""Tests for llmbench.stats: hand-computed values, edge cases, and seeded simulations.
+"""Tests for llmbench.gate.stats: hand-computed values, edge cases, and seeded simulations.
 
 Simulations draw log-normal timings (sigma = sqrt(ln(1 + CV^2))) and use a reduced bootstrap
 (n_resamples=500) to stay cheap; nothing here measures wall-clock time.
@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import stats
+from scipy import stats as scipy_stats
 
 from llmbench.gate.stats import (
-    DEFAULT_ROUNDS,
     DEFAULT_THRESHOLDS,
     Comparison,
     Rule,
@@ -31,6 +30,7 @@ from llmbench.gate.stats import (
 SIM_RULE = Rule(n_resamples=500)
 FAMILY = 25
 RUNS = 200
+ROUNDS = 10  # per side: the quick profile's
 
 
 def _sigma(cv):
@@ -49,7 +49,7 @@ def _family(x: np.ndarray) -> dict:
 
 def _max_alarms(runs: int, rate: float) -> int:
     """Binomial slack: at a true per-run rate of `rate`, P(count > bound) <= 0.1 %."""
-    return int(stats.binom.isf(0.001, runs, rate))
+    return int(scipy_stats.binom.isf(0.001, runs, rate))
 
 
 # --- hand-computed -------------------------------------------------------------------------
@@ -94,13 +94,13 @@ def test_matches_scipy_bootstrap_and_exact_mannwhitneyu():
     def ratio(x, y, axis=-1):
         return np.median(y, axis=axis) / np.median(x, axis=axis)
 
-    ref = stats.bootstrap((base, cand), ratio, n_resamples=20_000, vectorized=True, rng=1,
+    ref = scipy_stats.bootstrap((base, cand), ratio, n_resamples=20_000, vectorized=True, rng=1,
                           confidence_level=0.90, method="percentile").confidence_interval
     assert comp.ci_low == pytest.approx(ref.low, rel=3e-3)
     assert comp.ci_high == pytest.approx(ref.high, rel=3e-3)
     for n_b, n_c in [(10, 10), (7, 12), (1, 5)]:
         base, cand = rng.lognormal(0, 0.05, n_b), rng.lognormal(0.03, 0.05, n_c)
-        exact = stats.mannwhitneyu(cand, base, method="exact").pvalue
+        exact = scipy_stats.mannwhitneyu(cand, base, method="exact").pvalue
         assert _one(base, cand).p_value == pytest.approx(max(exact, 2 / math.comb(n_b + n_c, n_b)))
 
 
@@ -307,12 +307,12 @@ def test_per_benchmark_threshold_is_used():
 
 
 def test_aa_familywise_false_alarm_rate():
-    """A/A: 200 runs of 25 benchmarks, CV 3-10 %, DEFAULT_ROUNDS per side."""
+    """A/A: 200 runs of 25 benchmarks, CV 3-10 %, ROUNDS per side."""
     rng = np.random.default_rng(20240601)
     any_regression = any_claim = 0
     for _ in range(RUNS):
         sigma = _sigma(rng.uniform(0.03, 0.10, FAMILY))[:, None, None]
-        comps = compare_family(_family(rng.lognormal(0, sigma, (FAMILY, 2, DEFAULT_ROUNDS))),
+        comps = compare_family(_family(rng.lognormal(0, sigma, (FAMILY, 2, ROUNDS))),
                                SIM_RULE)
         any_regression += any(c.verdict is Verdict.REGRESSION for c in comps)
         # The Holm part alone (either direction), which carries the familywise guarantee:
@@ -327,7 +327,7 @@ def test_power_for_a_20_percent_slowdown():
     rng = np.random.default_rng(20240602)
     hits = 0
     for _ in range(RUNS):
-        x = rng.lognormal(0, _sigma(0.05), (FAMILY, 2, DEFAULT_ROUNDS))
+        x = rng.lognormal(0, _sigma(0.05), (FAMILY, 2, ROUNDS))
         x[0, 1] *= 1.2
         comps = compare_family(_family(x), SIM_RULE)
         hits += comps[0].verdict is Verdict.REGRESSION
@@ -338,7 +338,7 @@ def test_speedup_is_improvement_never_regression():
     rng = np.random.default_rng(9)
     verdicts = []
     for _ in range(40):
-        x = rng.lognormal(0, _sigma(0.05), (2, DEFAULT_ROUNDS))
+        x = rng.lognormal(0, _sigma(0.05), (2, ROUNDS))
         verdicts.append(_one(x[0], x[1] / 1.2).verdict)
     assert Verdict.REGRESSION not in verdicts
     assert verdicts.count(Verdict.IMPROVEMENT) >= 36
@@ -347,9 +347,9 @@ def test_speedup_is_improvement_never_regression():
 def test_speed_normalization_separates_machine_from_code():
     rng = np.random.default_rng(10)
     slow = 1.15  # the candidate machine is uniformly 15 % slower; the code did not change
-    x = rng.lognormal(0, _sigma(0.03), (10, 2, DEFAULT_ROUNDS))
+    x = rng.lognormal(0, _sigma(0.03), (10, 2, ROUNDS))
     x[:, 1] *= slow
-    control = rng.lognormal(0, _sigma(0.02), (2, DEFAULT_ROUNDS))
+    control = rng.lognormal(0, _sigma(0.02), (2, ROUNDS))
     sr = speed_ratio(control[0], control[1] * slow, SIM_RULE)
     assert sr.ci_low > 1.0  # the control sees the slowdown
 

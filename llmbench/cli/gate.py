@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmbench.gate import compare as gate
+from llmbench import gate
 
 
 def _fraction(text: str) -> float:
@@ -67,7 +67,7 @@ def gate_options(args: argparse.Namespace) -> gate.GateOptions:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from llmbench.runs.store import load_run
+    from llmbench.runs import load_run
 
     baseline, candidate = load_run(args.baseline), load_run(args.candidate)
     result = gate.compare_runs(baseline, candidate, gate_options(args))

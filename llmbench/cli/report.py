@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from llmbench import gate
+from llmbench import runs as baselines
 from llmbench.errors import EXIT_OK, UserError
-from llmbench.gate import compare as gate
-from llmbench.runs import store as baselines
 
 
 def _checked(parse):

@@ -1,11 +1,14 @@
 """transformers' `model.generate`: the baseline path, timed like our own loop.
 
 A streamer records when each token leaves `generate` (after a device sync), so the HF path
-reports TTFT and per-token decode times too; batches go without it (streamers take one row).
+reports TTFT and per-token decode times too. Batches go without it (streamers take one row):
+their TTFT and decode times are not measured, so they are recorded as unknown (None, no
+decode times), never as the whole batch's latency.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
@@ -91,7 +94,8 @@ def _cut_after_eos(ids: list[int], eos: frozenset[int]) -> list[int]:
 
 def hf_generate_batch(lm: LoadedModel, prompts: list[list[int]], params: SamplingParams
                       ) -> list[GenerationResult]:
-    """A left-padded static batch through `model.generate` (no per-token times)."""
+    """A left-padded static batch through `model.generate`. Only the batch's latency is
+    measured: each result's TTFT is None and it has no decode times."""
     from llmbench.engine.batching import left_pad
 
     for prompt in prompts:
@@ -106,5 +110,6 @@ def hf_generate_batch(lm: LoadedModel, prompts: list[list[int]], params: Samplin
     for row, prompt in zip(output[:, input_ids.shape[1]:].tolist(), prompts, strict=True):
         ids = row if params.ignore_eos else _cut_after_eos(row, lm.eos_token_ids)
         events = [TokenEvent(i, t, latency) for i, t in enumerate(ids)]
-        results.append(build_result(lm, len(prompt), events, params, "hf", latency_s=latency))
+        result = build_result(lm, len(prompt), events, params, "hf", latency_s=latency)
+        results.append(dataclasses.replace(result, ttft_s=None, decode_times_s=()))
     return results

@@ -40,7 +40,7 @@ class GenerationResult:
     text: str
     input_tokens: int
     output_tokens: int
-    ttft_s: float  # prefill plus the first sampled token
+    ttft_s: float | None  # prefill plus the first sampled token; None: not measured
     decode_times_s: tuple[float, ...]  # one per token after the first
     latency_s: float
     finish_reason: str  # "stop" (EOS) or "length"

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from llmbench import runs
 from llmbench.errors import UserError
-from llmbench.gate import compare as gate
-from llmbench.runs import store as baselines
+from llmbench.gate.compare import GateOptions, GateResult, compare_runs
 
 DEFAULT_BLOCKS = 4
 DEFAULT_ROUNDS = 5  # per block: each block's median is one observation for the gate
@@ -47,7 +47,7 @@ class ABError(UserError):
 
 
 @dataclass(frozen=True)
-class Side:
+class Checkout:
     """One side of the A/B: the checkout whose suite runs, and pytest arguments for it alone
     (e.g. a plugin that injects a slowdown, in tests of the gate)."""
 
@@ -126,7 +126,7 @@ def child_env() -> dict[str, str]:
             if not k.startswith("PYTEST_XDIST_") and k != "PYTEST_CURRENT_TEST"}
 
 
-def side_env(side: Side) -> dict[str, str]:
+def side_env(side: Checkout) -> dict[str, str]:
     """The environment a side's pytest runs in: its checkout first on the import path."""
     env = child_env()
     env["PYTHONPATH"] = os.pathsep.join(
@@ -134,7 +134,7 @@ def side_env(side: Side) -> dict[str, str]:
     return env
 
 
-def check_imports(side: Side) -> None:
+def check_imports(side: Checkout) -> None:
     """Refuse to time a side that would import llmbench from anywhere but its checkout."""
     if not (side.root / "conftest.py").is_file():
         raise ABError(f"{side.name} checkout {side.root} has no conftest.py: that revision "
@@ -154,7 +154,7 @@ Runner = Callable[..., subprocess.CompletedProcess]
 PYTEST_NO_TESTS = 5  # pytest.ExitCode.NO_TESTS_COLLECTED: nothing selected
 
 
-def _block_run(name: str, where: str, side: Side, proc: subprocess.CompletedProcess,
+def _block_run(name: str, where: str, side: Checkout, proc: subprocess.CompletedProcess,
                folder: Path, before: set[Path]) -> Path:
     """The run one block saved; ABError naming the side and why when there is none."""
     tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
@@ -172,9 +172,9 @@ def _block_run(name: str, where: str, side: Side, proc: subprocess.CompletedProc
     return new[0]
 
 
-def run_blocks(baseline: Side, candidate: Side, *, blocks: int, rounds: int,
+def run_blocks(baseline: Checkout, candidate: Checkout, *, blocks: int, rounds: int,
                pytest_args: Sequence[str], workdir: Path, log: TextIO | None = None,
-               runner: Runner = subprocess.run) -> tuple[baselines.Run, baselines.Run]:
+               runner: Runner = subprocess.run) -> tuple[runs.Run, runs.Run]:
     """Run both sides' suites alternately; return each side's blocks pooled into one run."""
     assert blocks >= 1 and rounds >= 1
     check_pytest_args(pytest_args)
@@ -202,22 +202,22 @@ def run_blocks(baseline: Side, candidate: Side, *, blocks: int, rounds: int,
                       f"{time.perf_counter() - started:.0f} s", file=log, flush=True)
     pooled = []
     for name, side in sides.items():
-        runs = [baselines.load_run(p) for p in paths[name]]
-        for run in runs:
+        loaded = [runs.load_run(p) for p in paths[name]]
+        for run in loaded:
             recorded = run.commit_info.get("id")
             if side.commit and recorded and recorded != side.commit:
                 raise ABError(f"{name} run {run.source} records commit {recorded[:8]}, not "
                               f"{side.commit[:8]}: it did not run the checked-out code")
         label = (f"{side.root}" + (f" @ {side.commit[:8]}" if side.commit else "")
                  + f" ({blocks} blocks x {rounds} rounds)")
-        pooled.append(baselines.pool_runs(runs, source=label))
+        pooled.append(runs.pool_runs(loaded, source=label))
     return pooled[0], pooled[1]
 
 
 def run_ab(rev: str, *, blocks: int = DEFAULT_BLOCKS, rounds: int = DEFAULT_ROUNDS,
-           pytest_args: Sequence[str] = (), options: gate.GateOptions | None = None,
+           pytest_args: Sequence[str] = (), options: GateOptions | None = None,
            keep: str | None = None, repo: str | os.PathLike = ".",
-           candidate_args: Sequence[str] = (), log: TextIO | None = None) -> gate.GateResult:
+           candidate_args: Sequence[str] = (), log: TextIO | None = None) -> GateResult:
     """`llmbench ab REV`: REV's suite against the working tree's, interleaved in blocks."""
     check_pytest_args(pytest_args)
     root = repo_root(repo)
@@ -231,6 +231,7 @@ def run_ab(rev: str, *, blocks: int = DEFAULT_BLOCKS, rounds: int = DEFAULT_ROUN
             print(f"llmbench ab: baseline {rev} ({sha[:8]}) in {source}; candidate: the "
                   f"working tree {root}; {blocks} blocks x {rounds} rounds", file=log)
         base, cand = run_blocks(
-            Side("baseline", source, commit=sha), Side("candidate", root, tuple(candidate_args)),
+            Checkout("baseline", source, commit=sha),
+            Checkout("candidate", root, tuple(candidate_args)),
             blocks=blocks, rounds=rounds, pytest_args=pytest_args, workdir=workdir, log=log)
-        return gate.compare_runs(base, cand, options or gate.GateOptions())
+        return compare_runs(base, cand, options or GateOptions())

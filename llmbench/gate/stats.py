@@ -1,5 +1,10 @@
 """Statistics behind the regression gate: timing samples in, immutable verdicts out.
 
+One module of ~420 lines, on purpose: it is one decision rule (the rank test, the bootstrap
+interval, the block test and the rounds-needed planners all answer to the same `Rule` and
+are read together against the verdict definitions below), and it imports nothing of ours,
+so the rule can be checked on its own.
+
 Pure functions, no I/O; samples are per-round seconds, lower is better. API: ``compare_family``
 (one run -> ``Comparison`` per benchmark, Holm across the run), ``speed_ratio`` (control workload
 -> ``SpeedRatio``), ``holm``, ``threshold_for`` (+ ``ThresholdOverrides``), ``summarize``,
@@ -31,15 +36,15 @@ Why:
   candidate machine is slower), i.e. into baseline-machine time. r's uncertainty is not
   propagated: normalize only when the control CI excludes 1, with delta well above its width.
 - Rounds are assumed independent; drift within a run (thermal, clocks) is not modelled.
-- Blocks (A/B mode: each side pooled from several pytest runs, ``blocks=``): measured on a
-  shared 2-core VM, the medians of one side's blocks spread 10-15% (sd of log time) while
-  rounds inside a block spread 3-7%, so pooled rounds are not independent draws and the rank
-  test on them overstates the evidence (A/A: 3 runs in 10 claimed a change). With >= 2 blocks
-  a side, the unit is the block: Welch's t on the log block medians gives p, direction and a
-  t interval (exponentiated: a CI of the ratio), and ratio = exp(mean difference). Welch: no
-  equal-spread assumption; on log medians of a few rounds the t approximation is reasonable,
-  and an exact rank test on 4 vs 4 blocks could never pass Holm. ``rounds_needed`` then counts
-  blocks per side (``unit``).
+- Blocks (A/B mode: each side pooled from several pytest runs, ``blocks=``): rounds of one
+  block share its moment on the machine, so the medians of one side's blocks can differ by
+  more than its rounds within a block do (the README gives the spreads measured). Pooled
+  rounds are then not independent draws, and the rank test on them would overstate the
+  evidence. With >= 2 blocks a side, the unit is the block: Welch's t on the log block
+  medians gives p, direction and a t interval (exponentiated: a CI of the ratio), and ratio =
+  exp(mean difference). Welch: no equal-spread assumption; on log medians of a few rounds the
+  t approximation is reasonable, and an exact rank test on 4 vs 4 blocks could never pass
+  Holm. ``rounds_needed`` then counts blocks per side (``unit``).
 """
 
 from __future__ import annotations
@@ -55,12 +60,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
-from scipy import stats
+from scipy import stats as scipy_stats
 
-DEFAULT_ROUNDS = 10  # quick profile: >= 90 % power, 20 % slowdown vs delta 10 %, CV <= ~5 %
 DEFAULT_THRESHOLDS = types.MappingProxyType({"cpu": 0.10, "cuda": 0.05, "mps": 0.05})
 MAX_ROUNDS_NEEDED = 10_000  # cap for rounds_needed when the estimate sits on the threshold
-_EXACT_TIES_LIMIT = 20_000  # enumerate tie-aware splits up to this many (cheap: ~20 ms)
+_EXACT_TIES_LIMIT = 20_000  # enumerate tie-aware splits up to this many (enumeration stays cheap)
 _MEDIAN_SE = math.sqrt(math.pi / 2)  # SE(median) / (sigma / sqrt(n)) for normal (log) data
 
 
@@ -206,11 +210,11 @@ def _rounds_for_test(m: int, alpha: float) -> int:
 @functools.lru_cache(maxsize=4096)
 def _exact_p(n_b: int, n_c: int, u: int) -> float:
     """scipy's exact two-sided Mann-Whitney p. Without ties it depends only on (n_b, n_c, U), so
-    it is memoized (the ~0.7 ms call overhead dwarfs the work) on data rebuilt to have this U."""
+    it is memoized (scipy's per-call overhead dwarfs the work) on data rebuilt to have this U."""
     below = np.clip(u - n_b * np.arange(n_c), 0, n_b)  # how many b's lie below each c; sum = u
     c = below + 0.5 * np.arange(1, n_c + 1) / (n_c + 1)  # distinct, just above `below` b's
     b = np.arange(1, n_b + 1)
-    return float(stats.mannwhitneyu(c, b, alternative="two-sided", method="exact").pvalue)
+    return float(scipy_stats.mannwhitneyu(c, b, alternative="two-sided", method="exact").pvalue)
 
 
 def _tied_exact_p(ranks: np.ndarray, n_c: int) -> float:
@@ -233,15 +237,15 @@ def _rank_test(b: np.ndarray, c: np.ndarray) -> tuple[float, int]:
     elif math.comb(b.size + c.size, c.size) <= _EXACT_TIES_LIMIT:
         # Ties: the normal approximation is anti-conservative at such sizes (3 vs 3, each side
         # constant: 0.047 against the exact 0.1), so enumerate the conditional distribution.
-        p = _tied_exact_p(stats.rankdata(np.concatenate([c, b])), c.size)
+        p = _tied_exact_p(scipy_stats.rankdata(np.concatenate([c, b])), c.size)
     else:  # tie-corrected normal approximation, fine at >= 9 rounds per side
-        p = stats.mannwhitneyu(c, b, alternative="two-sided", method="asymptotic").pvalue
+        p = scipy_stats.mannwhitneyu(c, b, alternative="two-sided", method="asymptotic").pvalue
     # Never claim more than an exact test could (ties only make the distribution coarser).
     return max(float(p), _min_p(b.size, c.size)), direction
 
 
 def _boot_medians(x: np.ndarray, rng: np.random.Generator, n_resamples: int) -> np.ndarray:
-    """Medians of n_resamples resamples of x (sorting beats np.median ~4x at this shape)."""
+    """Medians of n_resamples resamples of x (sorting rows: cheaper than np.median here)."""
     n, step = x.size, max(1, 2**20 // x.size)  # chunks: memory stays ~8 MB at any round count
     out = []
     for i in range(0, n_resamples, step):
@@ -252,7 +256,7 @@ def _boot_medians(x: np.ndarray, rng: np.random.Generator, n_resamples: int) -> 
 
 def _ratio_ci(b: np.ndarray, c: np.ndarray, rule: Rule, seed) -> tuple[float, float]:
     """Percentile bootstrap of median(c) / median(b), as scipy.stats.bootstrap(method="percentile")
-    (tests compare) but without its ~1.3 ms per-call overhead, 10x the work at 10 rounds. Not BCa:
+    (tests compare) but without its per-call overhead, which dominates at a few rounds. Not BCa:
     its jackknife is erratic for medians of ~10 points and NaN on zero-variance data."""
     if b.size < 2 or c.size < 2:
         return 0.0, math.inf  # one round: no dispersion to resample, say "anything"
@@ -278,7 +282,7 @@ def _rounds_needed(b, c, ratio, delta, rule, m, n_now) -> tuple[int, str]:
     # CI half-width of log ratio at n rounds/side ~ z * 1.2533 * sigma * sqrt(2/n); it must shrink
     # below the gap between the point estimate and the nearest decision boundary, ln(1 + delta).
     gap = abs(abs(math.log(ratio)) - math.log1p(delta))
-    z = stats.norm.ppf(0.5 + rule.confidence / 2)
+    z = scipy_stats.norm.ppf(0.5 + rule.confidence / 2)
     spread = z * _MEDIAN_SE * sigma
     n_ci = 0 if spread == 0 else MAX_ROUNDS_NEEDED if gap == 0 else min(
         MAX_ROUNDS_NEEDED, math.ceil(2 * (spread / gap) ** 2))
@@ -303,7 +307,7 @@ def _block_test(lb: np.ndarray, lc: np.ndarray, rule: Rule
         # No spread in either side (synthetic data): Welch's limit, t = +-inf or 0/0.
         ratio = math.exp(diff)
         return (1.0 if diff == 0 else 0.0), direction, ratio, ratio, ratio
-    result = stats.ttest_ind(lc, lb, equal_var=False)
+    result = scipy_stats.ttest_ind(lc, lb, equal_var=False)
     ci = result.confidence_interval(rule.confidence)
     return float(result.pvalue), direction, math.exp(diff), math.exp(ci.low), math.exp(ci.high)
 
@@ -319,8 +323,9 @@ def _blocks_needed(lb, lc, ratio, delta, rule, k_now) -> tuple[int, str]:
     elif gap == 0:
         k = MAX_ROUNDS_NEEDED
     else:  # start from the normal approximation (a lower bound), then step up the t quantile
-        k = max(k_now + 1, 2, math.ceil(2 * (stats.norm.ppf(q) * sigma / gap) ** 2))
-        while k < MAX_ROUNDS_NEEDED and stats.t.ppf(q, 2 * k - 2) * sigma * math.sqrt(2 / k) >= gap:
+        k = max(k_now + 1, 2, math.ceil(2 * (scipy_stats.norm.ppf(q) * sigma / gap) ** 2))
+        t_quantile = scipy_stats.t.ppf
+        while k < MAX_ROUNDS_NEEDED and t_quantile(q, 2 * k - 2) * sigma * math.sqrt(2 / k) >= gap:
             k += 1
     k = min(MAX_ROUNDS_NEEDED, k)
     return k, f"need ~{k} blocks/side (block spread {sigma:.3f} in log time)"

@@ -9,10 +9,9 @@ import json
 import math
 from collections.abc import Mapping
 
-from llmbench.gate import compare as gate
+from llmbench import gate
 from llmbench.report.plots import PlotOutcome
-from llmbench.report.run import Bench, Run, is_number
-from llmbench.runs import store as baselines
+from llmbench.runs import MATCHED_FIELDS, Benchmark, Run, is_number, median
 
 # Groups whose rate is per prompt token: prefill is one parallel pass over the prompt.
 PROMPT_RATE_GROUPS = ("prefill",)
@@ -29,7 +28,7 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
-def _rates(bench: Bench, per_prompt_token: bool) -> tuple[float | None, float | None]:
+def _rates(bench: Benchmark, per_prompt_token: bool) -> tuple[float | None, float | None]:
     """(tokens/s, ms/token): of generated tokens, or of prompt tokens for prefill."""
     if not per_prompt_token:
         return bench.tokens_per_second, bench.ms_per_token
@@ -51,7 +50,7 @@ def _verdict_cells(c) -> list[str]:
     return [fmt_seconds(c.baseline_median), f"{c.ratio:.3f} [{c.ci_low:.3f}, {high}]", verdict]
 
 
-def group_table(benches: list[Bench], result: gate.GateResult | None) -> list[str]:
+def group_table(benches: list[Benchmark], result: gate.GateResult | None) -> list[str]:
     """One markdown table for one group's benchmarks."""
     per_prompt = benches[0].group in PROMPT_RATE_GROUPS
     extras = [(k, label) for k, label in (("ttft_ms", "TTFT (ms)"), ("itl_ms", "ITL (ms)"))
@@ -84,7 +83,7 @@ def _env_value(value) -> str:
     if isinstance(value, Mapping):
         return ", ".join(f"{k}={_env_value(v)}" for k, v in value.items())
     if isinstance(value, list) and all(is_number(v) for v in value):
-        return f"{len(value)} rounds, median {fmt_seconds(sorted(value)[len(value) // 2])}"
+        return f"{len(value)} rounds, median {fmt_seconds(median(value))}"
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
@@ -105,7 +104,7 @@ def _fingerprint(fp) -> str:
 
 
 def _environment_rows(run: Run) -> dict[str, str]:
-    env, section = run.environment, run.section
+    env, section = run.environment or {}, run.info
     rows = {k: _env_value(env.get(k)) for k in ("model", "device", "device_name", "dtype",
                                                 "threads")}
     rows["fingerprint"] = _fingerprint(env.get("fingerprint"))
@@ -116,10 +115,10 @@ def _environment_rows(run: Run) -> dict[str, str]:
                        ("load_s", "model load (s)"), ("warmup_s", "warm-up (s)"),
                        ("control_s", "control workload")):
         rows[label] = _env_value(section.get(key))
-    commit = run.payload.get("commit_info") or {}
+    commit = run.commit_info
     rows["commit"] = (str(commit.get("id") or "–")[:12] + (" (dirty)" if commit.get("dirty")
                                                            else ""))
-    rows["date"] = str(run.payload.get("datetime") or "–")
+    rows["date"] = str(run.datetime or "–")
     return rows
 
 
@@ -132,7 +131,7 @@ def environment_table(run: Run, baseline: Run | None) -> list[str]:
     lines = ["| field | run | baseline |", "|---|---|---|"]
     for key in [*mine, *(k for k in theirs if k not in mine)]:
         a, b = mine.get(key, "–"), theirs.get(key, "–")
-        mark = " **≠**" if a != b and key in baselines.MATCHED_FIELDS else ""
+        mark = " **≠**" if a != b and key in MATCHED_FIELDS else ""
         lines.append(f"| {key}{mark} | {a.replace('|', '/')} | {b.replace('|', '/')} |")
     return lines
 
@@ -142,7 +141,7 @@ def render_markdown(run: Run, result: gate.GateResult | None, baseline: Run | No
     lines = [f"# llmbench report: {run.title}", ""]
     if result is None:
         env = _environment_rows(run)
-        lines += [f"Run: `{run.path}` (commit {env['commit']}, {env['date']}). No baseline: "
+        lines += [f"Run: `{run.source}` (commit {env['commit']}, {env['date']}). No baseline: "
                   "pass `--baseline B.json` for verdicts."]
     else:
         lines += [f"- {line}" for line in gate.header_lines(result)]

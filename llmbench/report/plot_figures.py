@@ -33,14 +33,14 @@ def output_sweep(fig, run, baseline):
 
 
 def input_sweep(fig, run, baseline):
-    chat = [b for b in run.group("input-sweep") if b.extra.get("chat")]
+    chat = [b for b in run.group("input-sweep") if b.extra_info.get("chat")]
     chat_name = f"chat passage, {chat[0].value('input_tokens')} tokens" if chat else "chat"
     line_figure(fig, run, baseline, group="input-sweep", x_of=lambda b: b.value(
         "input_tokens"), x_label="input (prompt) tokens", panels=(LATENCY, THROUGHPUT),
         log_x=True, what="Latency and tokens/s against prompt length",
         note=fixed_note(run.group("input-sweep"), "output_tokens", "output tokens"),
-        series=(Series("", lambda b: not b.extra.get("chat")),
-                Series(chat_name, lambda b: bool(b.extra.get("chat")), "C3", "*", False)))
+        series=(Series("", lambda b: not b.extra_info.get("chat")),
+                Series(chat_name, lambda b: bool(b.extra_info.get("chat")), "C3", "*", False)))
 
 
 def batch_size(fig, run, baseline):

@@ -30,7 +30,7 @@ from llmbench.report.plot_parts import (
 )
 
 if TYPE_CHECKING:
-    from llmbench.report.run import Run
+    from llmbench.runs import Run
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The pieces every report figure is made of: medians with min-max whiskers (`Points`), this
-run and the baseline drawn over it (`Side`), axes, titles and a legend that never covers data.
+run and the baseline drawn over it (`PlottedRun`), axes, titles and a legend that never covers data.
 
 Drawn on matplotlib's object API; a figure whose groups the run lacks raises `Skip` with the
 reason.
@@ -16,7 +16,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 from matplotlib.transforms import offset_copy
 
 if TYPE_CHECKING:
-    from llmbench.report.run import Bench, Run
+    from llmbench.runs import Benchmark, Run
 
 RUN_LABEL, BASE_LABEL = "this run", "baseline"
 WHISKERS = "median; whiskers: min–max"
@@ -34,7 +34,7 @@ class Points:
     hi: tuple[float, ...]
 
 
-def points(benches: Sequence[Bench], x_of: Callable, y_of: Callable) -> Points:
+def points(benches: Sequence[Benchmark], x_of: Callable, y_of: Callable) -> Points:
     """(x, (mid, lo, hi)) for each bench where both are known, sorted by x."""
     rows = []
     for bench in benches:
@@ -46,11 +46,11 @@ def points(benches: Sequence[Bench], x_of: Callable, y_of: Callable) -> Points:
         (), (), (), ())
 
 
-def latency(bench: Bench):
+def latency(bench: Benchmark):
     return bench.median_s, bench.min_s, bench.max_s
 
 
-def throughput(bench: Bench):
+def throughput(bench: Benchmark):
     """Tokens/s: the median's, and the slowest and fastest rounds' (same tokens every round)."""
     tps = bench.tokens_per_second
     if tps is None or bench.min_s <= 0:
@@ -59,7 +59,7 @@ def throughput(bench: Bench):
 
 
 def per_token_ms(count_key: str):
-    def y_of(bench: Bench):
+    def y_of(bench: Benchmark):
         count = bench.value(count_key)
         if not isinstance(count, (int, float)) or count <= 0:
             return None
@@ -76,7 +76,7 @@ def scaled(p: Points, factor: float) -> Points:
     return Points(p.x, *(tuple(v * factor for v in col) for col in (p.mid, p.lo, p.hi)))
 
 
-def draw_series(ax, p: Points, side: Side, *, color: str, label: str, marker: str = "o",
+def draw_series(ax, p: Points, side: PlottedRun, *, color: str, label: str, marker: str = "o",
                 connect: bool = True) -> None:
     """Medians joined by a line, min-max whiskers; the baseline dashed with hollow markers."""
     if not p.x:
@@ -145,14 +145,14 @@ def add_title(fig: Figure, what: str, run: Run, note: str = "") -> None:
     fig.suptitle(f"{what}\n{run.title}{note}", fontsize=11)
 
 
-def fixed_note(benches: Sequence[Bench], key: str, unit: str) -> str:
+def fixed_note(benches: Sequence[Benchmark], key: str, unit: str) -> str:
     """'; 128 prompt tokens' when every case shares the value, for the title."""
     values = [bench.value(key) for bench in benches]
     same = values and values[0] is not None and all(v == values[0] for v in values)
     return f"; {values[0]} {unit}" if same else ""
 
 
-def need_group(run: Run, group: str) -> list[Bench]:
+def need_group(run: Run, group: str) -> list[Benchmark]:
     benches = run.group(group)
     if not benches:
         raise Skip(f"the run has no {group} benchmarks")
@@ -160,7 +160,7 @@ def need_group(run: Run, group: str) -> list[Bench]:
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, a dict key per plot
-class Side:
+class PlottedRun:
     """One of the runs on a plot: this run, or the baseline drawn over it."""
 
     run: Run
@@ -169,10 +169,10 @@ class Side:
     paired: bool  # both runs are on the plot: nudge them apart
 
 
-def sides(run: Run, baseline: Run | None) -> list[Side]:
-    drawn = [Side(run, RUN_LABEL, False, baseline is not None)]
-    return drawn + ([Side(baseline, BASE_LABEL, True, True)] if baseline is not None else [])
+def sides(run: Run, baseline: Run | None) -> list[PlottedRun]:
+    drawn = [PlottedRun(run, RUN_LABEL, False, baseline is not None)]
+    return drawn + ([PlottedRun(baseline, BASE_LABEL, True, True)] if baseline is not None else [])
 
 
-def named(name: str, side: Side) -> str:
+def named(name: str, side: PlottedRun) -> str:
     return side.label if not name else f"{name} ({side.label})"

@@ -3,7 +3,7 @@ is not drawn). Medians with min-max whiskers, the baseline overlaid when given.
 
 Drawn on matplotlib's object API (``Figure`` + the Agg canvas), never pyplot: headless by
 construction, no global state, safe in parallel tests. Each plot reads its groups from a run
-(``report_run.Run``); a plot whose groups the run lacks is skipped with the reason, not drawn
+(``llmbench.runs.Run``); a plot whose groups the run lacks is skipped with the reason, not drawn
 empty. The figures are in ``plot_figures``, built from ``plot_layouts`` and ``plot_parts``.
 """
 
@@ -31,7 +31,7 @@ from llmbench.report.plot_figures import (
 from llmbench.report.plot_parts import Skip
 
 if TYPE_CHECKING:
-    from llmbench.report.run import Run
+    from llmbench.runs import Run
 
 DPI = 120
 

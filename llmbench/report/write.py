@@ -6,42 +6,44 @@ with its CI and the verdict, judged by the regression gate (`gate.compare_runs`,
 rule and header as `llmbench compare`). Then the plots (drawn by `plots`), then both runs'
 environments side by side. An existing report is never overwritten unless asked to.
 
-This module runs the command: it reads the runs (`report_run`), asks the gate for verdicts,
-draws the plots (`plots`), renders the markdown (`report_md`) and writes the files.
+This module runs the command: it reads the runs (`llmbench.runs`, which also resolves a
+folder to its newest run, as `llmbench compare` does), asks the gate for verdicts, draws the
+plots (`plots`), renders the markdown (`markdown`) and writes the files through the runs'
+one atomic writer.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmbench import gate, runs
 from llmbench.errors import UserError
-from llmbench.gate import compare as gate
 from llmbench.report import plots
 from llmbench.report.markdown import render_markdown
-from llmbench.report.run import Run, load_run
-from llmbench.runs import store as baselines
 
 REPORT_NAME = "report.md"
 
 
-def compare(baseline: Run, candidate: Run, options: gate.GateOptions | None = None
+def load_run(path: str | os.PathLike, *, samples: bool = False) -> runs.Run:
+    """A run as the report reads it: a file, or a folder's newest run, with pytest-benchmark's
+    timing summary; raw samples only when the gate will judge it (`samples`)."""
+    return runs.load_run(path, samples=samples, summary=True)
+
+
+def compare(baseline: runs.Run, candidate: runs.Run, options: gate.GateOptions | None = None
             ) -> gate.GateResult:
     """The gate's verdicts on every benchmark both runs hold (UserError if they can't be)."""
-    return gate.compare_runs(baselines.run_from_json(baseline.payload, str(baseline.path)),
-                             baselines.run_from_json(candidate.payload, str(candidate.path)),
-                             options)
+    return gate.compare_runs(baseline, candidate, options)
 
 
 def latest_baseline(run_path: str | os.PathLike) -> Path:
     """What `--baseline latest` means for a run: the newest other run of its environment in
-    its folder (`baselines.latest_comparable`, as the pytest gate's `--compare-to=latest`);
-    `baselines.NoBaseline` when there is none."""
+    its folder (`runs.latest_comparable`, as the pytest gate's `--compare-to=latest`);
+    `runs.NoBaseline` when there is none."""
     run = load_run(run_path)  # a damaged RUN is named as such, before any search
-    return baselines.latest_comparable(run.path.parent, run.section.get("environment"),
-                                       exclude=[run.path])
+    return runs.latest_comparable(run.path.parent, run.environment, exclude=[run.path])
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,9 @@ def write_report(run_path: str | os.PathLike, out_dir: str | os.PathLike,
     if target.exists() and not force:
         raise UserError(f"{out} already holds a report: pass --force to replace it, or "
                         "choose another -o folder")
-    run = load_run(run_path)
-    baseline = load_run(baseline_path) if baseline_path is not None else None
+    judged = baseline_path is not None  # the gate needs raw samples on both sides
+    run = load_run(run_path, samples=judged)
+    baseline = load_run(baseline_path, samples=True) if judged else None
     result = compare(baseline, run, options) if baseline is not None else None
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -71,24 +74,11 @@ def write_report(run_path: str | os.PathLike, out_dir: str | os.PathLike,
             for name in plots.PLOT_FILES:
                 (out / name).unlink(missing_ok=True)
         outcomes = plots.draw_all(run, baseline, out)
-        _write_text(target, render_markdown(run, result, baseline, outcomes), replace=force)
+        runs.write_atomic(target, render_markdown(run, result, baseline, outcomes),
+                          replace=force)
     except FileExistsError:
         raise UserError(f"{out} already holds a report: pass --force to replace it") from None
     except OSError as exc:
         raise UserError(f"cannot write the report into {out}: {exc.strerror or exc}") from None
     return ReportResult(markdown=target, plots=outcomes, gate=result)
 
-
-def _write_text(path: Path, text: str, *, replace: bool) -> None:
-    """Write atomically; without `replace`, fail if the file appeared meanwhile."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        if replace:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)  # fails if the name exists: never clobbers
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -1,5 +1,51 @@
-"""Saved runs: the one model of a pytest-benchmark run, reading it, writing it atomically,
-numbering, and the environment it was measured in (fingerprint and matching).
+"""Saved runs: the one model of a pytest-benchmark run (`model`), reading it back, writing
+it atomically and numbering it (`store`), and the environment it was measured in
+(`environment`: fingerprint, matching, version differences). The names below are the
+package's API; everything that reads or writes a run goes through them.
 
 May import: `llmbench.errors` only.
 """
+
+from llmbench.runs.environment import (
+    MATCHED_FIELDS,
+    EnvironmentMismatch,
+    environment_differences,
+    environment_key,
+    library_versions,
+    strip_volatile,
+    version_differences,
+)
+from llmbench.runs.model import (
+    Benchmark,
+    Run,
+    RunError,
+    is_number,
+    is_same_run,
+    median,
+    pool_runs,
+    run_from_json,
+)
+from llmbench.runs.store import (
+    BASELINES_DIR,
+    LATEST,
+    NoBaseline,
+    latest_comparable,
+    latest_run,
+    list_runs,
+    load_run,
+    read_json,
+    resolve_run,
+    run_number,
+    save_numbered,
+    write_atomic,
+    write_new_json,
+)
+
+__all__ = [
+    "BASELINES_DIR", "LATEST", "MATCHED_FIELDS", "Benchmark", "EnvironmentMismatch",
+    "NoBaseline", "Run", "RunError", "environment_differences", "environment_key",
+    "is_number", "is_same_run", "latest_comparable", "latest_run", "library_versions",
+    "list_runs", "load_run", "median", "pool_runs", "read_json", "resolve_run",
+    "run_from_json", "run_number", "save_numbered", "strip_volatile", "version_differences",
+    "write_atomic", "write_new_json",
+]

@@ -1,0 +1,198 @@
+"""The gate's result as text (the terminal, pytest's failure body), markdown (a pull request
+comment, the report's header) or JSON (scripts): one header of what was compared under which
+conditions, one verdict table, one summary line that counts every verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+
+from llmbench.gate import stats
+from llmbench.gate.compare import GateResult
+from llmbench.runs.model import Run
+
+FORMATS = ("text", "markdown", "json")
+
+COLUMNS = ("benchmark", "baseline", "candidate", "ratio", "CI", "p adj", "verdict")
+
+
+def _seconds(value: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.4g} {unit}"
+    return f"{value * 1e9:.4g} ns"
+
+
+def _interval(low: float, high: float) -> str:
+    return f"[{low:.3f}, {'inf' if math.isinf(high) else f'{high:.3f}'}]"
+
+
+def _verdict_cell(c: stats.Comparison) -> str:
+    if c.verdict is stats.Verdict.INCONCLUSIVE and c.rounds_needed is not None:
+        return f"inconclusive (~{c.rounds_needed} {c.unit}/side)"
+    return c.verdict.value
+
+
+def _rows(result: GateResult) -> list[tuple[str, ...]]:
+    return [(result.labels[c.name], _seconds(c.baseline_median), _seconds(c.candidate_median),
+             f"{c.ratio:.3f}", _interval(c.ci_low, c.ci_high), f"{c.p_adjusted:.2g}",
+             _verdict_cell(c)) for c in result.comparisons]
+
+
+def _describe(run: Run) -> str:
+    commit = (run.commit_info.get("id") or "")[:8]
+    dirty = "+dirty" if run.commit_info.get("dirty") else ""
+    parts = [f"commit {commit}{dirty}" if commit else "", run.datetime or ""]
+    extra = ", ".join(p for p in parts if p)
+    return f"{run.source}" + (f" ({extra})" if extra else "")
+
+
+def header_lines(result: GateResult) -> list[str]:
+    """What was compared and under which conditions, one fact a line."""
+    env = result.candidate.environment or {}
+    lines = [f"baseline:  {_describe(result.baseline)}",
+             f"candidate: {_describe(result.candidate)}"]
+    if env:
+        lines.append(f"environment: {env.get('model')} on {env.get('device')} "
+                     f"({env.get('device_name')}), {env.get('dtype')}, "
+                     f"{env.get('threads')} threads")
+    if result.versions:
+        diffs = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in result.versions.items())
+        lines.append(f"versions differ (allowed): {diffs}")
+    else:
+        lines.append("versions: same")
+    if result.mismatches:
+        lines.append("ENVIRONMENT MISMATCH (allowed by --allow-mismatch): "
+                     + "; ".join(result.mismatches))
+    s = result.speed
+    if s is None:
+        lines.append("machine speed: unknown (no control samples in a run)")
+    else:
+        state = ("divided out (--normalize)" if result.options.normalize
+                 else "not divided out; --normalize would")
+        lines.append(f"machine speed (control, candidate/baseline): {s.ratio:.3f} "
+                     f"{_interval(s.ci_low, s.ci_high)}, {state}")
+    by_blocks = [c for c in result.comparisons if c.unit == "blocks"]
+    if by_blocks:
+        kb, kc = by_blocks[0].n_blocks
+        lines.append(f"judged on block medians ({kb} vs {kc} blocks, Welch's t): rounds of one "
+                     f"block are not independent draws")
+    o = result.options
+    thresholds = sorted({c.threshold for c in result.comparisons})
+    shown = ", ".join(f"{t:.0%}" if round(t * 100, 6).is_integer() else f"{t:.1%}"
+                      for t in thresholds)
+    lines.append(f"rule: threshold {shown}, alpha {o.alpha:g} (Holm over "
+                 f"{len(result.comparisons)} benchmarks), CI {1 - 2 * o.alpha:.0%}")
+    return lines
+
+
+def summary_line(result: GateResult) -> str:
+    """One line: the outcome, every verdict counted, and what inconclusive means here."""
+    n = result.counts
+    total = len(result.comparisons)
+    if n["regression"]:
+        outcome = "REGRESSION"
+    elif n["inconclusive"] and result.options.fail_on_inconclusive:
+        outcome = "FAIL (inconclusive, --fail-on-inconclusive)"
+    elif n["inconclusive"]:
+        outcome = "PASS, NOT VERIFIED"
+    else:
+        outcome = "PASS"
+    counts = (f"{n['regression']} regression, {n['improvement']} improvement, "
+              f"{n['unchanged']} unchanged, {n['inconclusive']} inconclusive of {total}")
+    line = f"{outcome}: {counts}"
+    if n["inconclusive"]:
+        most, unit = result.rounds_needed
+        line += f" (inconclusive is not a pass: up to ~{most} {unit}/side would decide)"
+    skipped = len(result.only_baseline) + len(result.only_candidate)
+    if skipped:
+        line += f"; {skipped} benchmarks in one run only, not compared"
+    return line
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    left = {0, len(header) - 1}
+
+    def fmt(row):
+        return "  ".join(cell.ljust(w) if i in left else cell.rjust(w)
+                         for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+
+    return [fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)]
+
+
+def _one_side_notes(result: GateResult, limit: int = 4) -> list[str]:
+    notes = []
+    for side, keys in (("baseline", result.only_baseline), ("candidate", result.only_candidate)):
+        if keys:
+            shown = ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more (--format json "
+                                               "lists them)" if len(keys) > limit else "")
+            notes.append(f"{len(keys)} only in the {side} run, not compared: {shown}")
+    return notes
+
+
+def render_text(result: GateResult) -> str:
+    lines = header_lines(result)
+    lines += ["", *_table(COLUMNS, _rows(result)), ""]
+    lines += _one_side_notes(result)
+    lines.append(summary_line(result))
+    return "\n".join(lines)
+
+
+def render_markdown(result: GateResult) -> str:
+    def esc(cell: str) -> str:
+        return cell.replace("|", "\\|")
+
+    lines = ["### llmbench regression gate", ""]
+    lines += [f"- {esc(line)}" for line in header_lines(result)]
+    lines += ["", "| " + " | ".join(COLUMNS) + " |",
+              "|" + "|".join([":--"] + ["--:"] * (len(COLUMNS) - 2) + [":--"]) + "|"]
+    for row in _rows(result):
+        cells = [f"`{esc(row[0])}`", *map(esc, row[1:-1])]
+        verdict = row[-1]
+        cells.append(f"**{verdict}**" if not verdict.startswith("unchanged") else verdict)
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines += [f"- {esc(note)}" for note in _one_side_notes(result)]
+    lines.append(f"**{esc(summary_line(result))}**")
+    return "\n".join(lines)
+
+
+def _finite(value: float):
+    return value if math.isfinite(value) else None  # JSON has no infinity
+
+
+def to_json(result: GateResult) -> dict:
+    o = result.options
+    s = result.speed
+    return {
+        "baseline": result.baseline.source,
+        "candidate": result.candidate.source,
+        "options": {"threshold": o.threshold, "threshold_for": dict(o.threshold_for),
+                    "alpha": o.alpha, "normalize": o.normalize,
+                    "allow_mismatch": o.allow_mismatch,
+                    "fail_on_inconclusive": o.fail_on_inconclusive},
+        "environment": result.candidate.environment,
+        "mismatches": list(result.mismatches),
+        "versions": {k: list(v) for k, v in result.versions.items()},
+        "speed": None if s is None else {**dataclasses.asdict(s), "ci_high": _finite(s.ci_high)},
+        "comparisons": [{**dataclasses.asdict(c), "unit": c.unit, "label": result.labels[c.name],
+                         "verdict": c.verdict.value, "ci_high": _finite(c.ci_high)}
+                        for c in result.comparisons],
+        "only_baseline": list(result.only_baseline),
+        "only_candidate": list(result.only_candidate),
+        "counts": result.counts,
+        "summary": summary_line(result),
+        "exit_code": result.exit_code,
+    }
+
+
+def render(result: GateResult, fmt: str = "text") -> str:
+    if fmt == "json":
+        return json.dumps(to_json(result), indent=2)
+    if fmt == "markdown":
+        return render_markdown(result)
+    assert fmt == "text", fmt
+    return render_text(result)

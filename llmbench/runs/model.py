@@ -1,0 +1,275 @@
+"""The one model of a saved run: pytest-benchmark's JSON, parsed once, for the gate, the report
+and the pytest hooks alike.
+
+A `Run` holds its `Benchmark`s by pytest's fullname, in the file's order, with what every
+reader needs: raw per-round samples (the gate's input), pytest-benchmark's timing summary
+(min, max, median, IQR, rounds: the report's columns), `extra_info` and its metrics, and the
+`llmbench` section (environment, control samples). `run_from_json` validates once, every
+problem one `RunError` line; what a reader requires beyond that (raw samples for the gate, the
+timing summary for the report) it asks for by name, and a file that lacks it is refused with
+the flag that would have saved it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmbench.errors import UserError
+from llmbench.runs.environment import EnvironmentMismatch, environment_differences
+
+# Groups in the order reports show them; any other group follows, alphabetically.
+GROUP_ORDER = ("output-sweep", "input-sweep", "prefill", "decode", "kv-cache", "batch-size",
+               "sequential-vs-batched", "engines", "server-generate", "server-stream",
+               "server-concurrency")
+UNGROUPED = "ungrouped"
+# Named conditions in reading order, the reference first; other names sort alphabetically.
+CATEGORY_ORDER = ("sequential", "batched", "loop", "hf")
+SUMMARY_STATS = ("min", "max", "median", "iqr", "rounds")  # pytest-benchmark's, as reported
+_SAMPLES_HINT = ("llmbench's pytest suite saves them in every run under --baseline-dir; "
+                 "with plain pytest-benchmark, pass --benchmark-save-data (with "
+                 "--benchmark-save or --benchmark-autosave) or use --benchmark-json")
+
+
+class RunError(UserError):
+    """A run file that cannot be used: missing, not JSON, or without what the reader needs."""
+
+
+def is_number(value) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of the suite's recorded values: the middle one, or the mean of the two
+    middle ones (as pytest-benchmark's stats and numpy's compute it)."""
+    return float(statistics.median(values))
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark of a run: raw per-round timings in seconds, pytest-benchmark's summary
+    of them, the case's parameters and what it recorded in extra_info."""
+
+    key: str  # pytest's fullname, unique within a run: the gate's key
+    name: str
+    group: str | None
+    samples: tuple[float, ...]  # () only in a run read without requiring them
+    extra_info: Mapping = field(default_factory=dict)
+    params: Mapping = field(default_factory=dict)
+    summary: Mapping[str, float] = field(default_factory=dict)  # SUMMARY_STATS found
+    # Rounds of each pooled run, in order (A/B blocks); () for a single run. Rounds of one
+    # block share its moment on the machine, so the gate judges blocks, not rounds.
+    blocks: tuple[int, ...] = ()
+
+    @property
+    def median_s(self) -> float:
+        return self.summary["median"]
+
+    @property
+    def min_s(self) -> float:
+        return self.summary["min"]
+
+    @property
+    def max_s(self) -> float:
+        return self.summary["max"]
+
+    @property
+    def iqr_s(self) -> float:
+        return self.summary["iqr"]
+
+    @property
+    def rounds(self) -> int:
+        return int(self.summary["rounds"])
+
+    def value(self, key: str):
+        """A parameter of the case, else a field of extra_info, else None."""
+        return self.params[key] if key in self.params else self.extra_info.get(key)
+
+    def metric(self, key: str) -> tuple[float, float, float] | None:
+        """(centre, low, high) of an extra_info metric such as ttft_ms or itl_ms.
+
+        A number has no spread; raw values give median, min and max; a summary (the load
+        generator's {"mean", "p50", "p90", "p99"}, or keys beside a p50 number like itl_p90_ms
+        or itl_ms_p99) gives its median and the range of the percentiles (and min/max).
+        None (not recorded, or recorded as unknown) has none.
+        """
+        extra = self.extra_info
+        raw = extra.get(key)
+        base, _, unit = key.rpartition("_")  # itl_ms: its p90 may be itl_p90_ms or itl_ms_p90
+        tails = {m.group(1): v for k, v in extra.items()
+                 if (m := re.fullmatch(rf"{re.escape(base)}_(p\d+)_{re.escape(unit)}", k)
+                     or re.fullmatch(rf"{re.escape(key)}_(\w+)", k))}
+        if is_number(raw) and tails:  # the median, with other percentiles beside it
+            raw = {"p50": raw, **tails}
+        elif raw is None:
+            raw = tails
+        if is_number(raw):
+            return float(raw), float(raw), float(raw)
+        if isinstance(raw, list) and raw and all(is_number(v) for v in raw):  # raw values
+            return median(raw), float(min(raw)), float(max(raw))
+        if not isinstance(raw, Mapping):
+            return None
+        summary = {str(k).lower(): float(v) for k, v in raw.items() if is_number(v)}
+        centre = next((summary[k] for k in ("p50", "median", "mean") if k in summary), None)
+        if centre is None:
+            return None
+        spread = [v for k, v in summary.items()
+                  if k in ("min", "max") or re.fullmatch(r"p\d+(\.\d+)?", k)]
+        return centre, min(spread + [centre]), max(spread + [centre])
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Output tokens/s at the median round (the load generator calls it token_throughput)."""
+        value = self.extra_info.get("tokens_per_second", self.extra_info.get("token_throughput"))
+        return float(value) if is_number(value) else None
+
+    @property
+    def ms_per_token(self) -> float | None:
+        value = self.extra_info.get("ms_per_token")
+        return float(value) if is_number(value) else None
+
+
+@dataclass(frozen=True)
+class Run:
+    """A saved run. `source` names it in messages (a path, or a label for a run that was never
+    written); `path` is its file, when it has one."""
+
+    source: str
+    benchmarks: Mapping[str, Benchmark]  # by key, in the file's order
+    environment: Mapping | None  # None: not an llmbench run (no `llmbench` section)
+    control_s: tuple[float, ...] = ()
+    info: Mapping = field(default_factory=dict)  # the whole `llmbench` section
+    commit_info: Mapping = field(default_factory=dict)
+    datetime: str | None = None
+    path: Path | None = None
+
+    @property
+    def device(self) -> str | None:
+        return (self.environment or {}).get("device")
+
+    @property
+    def title(self) -> str:
+        """What ran where, for headings and plot titles: `tiny on <CPU name> (float32)`."""
+        env = self.environment or {}
+        where = env.get("device_name") or env.get("device") or "an unknown device"
+        if env.get("device_name") and env.get("device") not in (None, "cpu"):
+            where = f"{env['device']}: {where}"
+        dtype = f" ({env['dtype']})" if env.get("dtype") else ""
+        return f"{env.get('model', 'unknown model')} on {where}{dtype}"
+
+    def groups(self) -> dict[str, list[Benchmark]]:
+        """Benchmarks by group, groups in report order, cases in their sweep's order."""
+        found: dict[str, list[Benchmark]] = {}
+        for bench in self.benchmarks.values():
+            found.setdefault(bench.group or UNGROUPED, []).append(bench)
+        order = [g for g in GROUP_ORDER if g in found] + sorted(set(found) - set(GROUP_ORDER))
+        return {g: sorted(found[g], key=_case_order) for g in order}
+
+    def group(self, name: str) -> list[Benchmark]:
+        return self.groups().get(name, [])
+
+
+def _sort_value(value):
+    """Sweep points sort numerically (out=8 before out=16), then flags, then names."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_sort_value(v) for v in value)
+    if isinstance(value, bool):
+        return (1, int(not value), "")  # True first: cache on before cache off
+    if is_number(value):
+        return (0, float(value), "")
+    if value in CATEGORY_ORDER:
+        return (2, CATEGORY_ORDER.index(value), "")
+    return (3, 0, str(value))
+
+
+def _case_order(bench: Benchmark):
+    return (bench.name.split("[", 1)[0], tuple(_sort_value(v) for v in bench.params.values()),
+            bench.name)
+
+
+def _samples(entry: Mapping, key: str, source: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in entry["stats"].get("data") or ())
+    except (TypeError, ValueError):
+        raise RunError(f"{source}: {key!r} has non-numeric samples") from None
+    if not all(math.isfinite(x) and x > 0 for x in values):
+        raise RunError(f"{source}: {key!r} has samples that are not positive finite "
+                       "seconds; the file is damaged")
+    return values
+
+
+def run_from_json(data, source: str, *, path: Path | None = None, samples: bool = True,
+                  summary: bool = False) -> Run:
+    """Validate pytest-benchmark JSON (already parsed) into a `Run`; `RunError` if unusable.
+    `samples`: every benchmark must hold its raw per-round timings (the gate judges them);
+    `summary`: every benchmark must hold pytest-benchmark's SUMMARY_STATS (the report's)."""
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise RunError(f"{source} is not a pytest-benchmark run: no 'benchmarks' list")
+    if not data["benchmarks"]:
+        raise RunError(f"{source} holds no benchmarks: the run measured nothing")
+    benchmarks: dict[str, Benchmark] = {}
+    for entry in data["benchmarks"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("stats"), dict):
+            raise RunError(f"{source} is not a pytest-benchmark run: a benchmark has no stats")
+        key = entry.get("fullname") or entry.get("name")
+        if not isinstance(key, str) or not key:
+            raise RunError(f"{source}: a benchmark has neither fullname nor name")
+        if key in benchmarks:
+            raise RunError(f"{source}: benchmark {key!r} appears twice")
+        name = str(entry.get("name") or key)
+        found = {k: float(v) for k in SUMMARY_STATS if is_number(v := entry["stats"].get(k))}
+        if summary and (missing := [k for k in SUMMARY_STATS if k not in found]):
+            raise RunError(f"{source}: benchmark {name} lacks stats {', '.join(missing)}")
+        benchmarks[key] = Benchmark(
+            key=key, name=name, group=entry.get("group"),
+            samples=_samples(entry, key, source), extra_info=dict(entry.get("extra_info") or {}),
+            params=dict(entry.get("params") or {}), summary=found)
+    without = [k for k, b in benchmarks.items() if not b.samples]
+    if samples and without:
+        raise RunError(f"{source} has no raw per-round samples (stats.data) for "
+                       f"{len(without)} of {len(benchmarks)} benchmarks, so no test can be run "
+                       f"on it: {_SAMPLES_HINT}")
+    section = data.get("llmbench") if isinstance(data.get("llmbench"), dict) else {}
+    environment = section.get("environment")
+    control = section.get("control_s") or ()
+    return Run(source=source, benchmarks=benchmarks,
+               environment=dict(environment) if isinstance(environment, dict) else None,
+               control_s=tuple(float(x) for x in control), info=section,
+               commit_info=dict(data.get("commit_info") or {}), datetime=data.get("datetime"),
+               path=path)
+
+
+def is_same_run(a: Run, b: Run) -> bool:
+    """Whether two loaded runs are one run (the same file, a copy, or the same path spelled
+    twice): every benchmark they share has identical samples. Two separate runs never agree
+    to the nanosecond on every round of every benchmark."""
+    common = [k for k in a.benchmarks if k in b.benchmarks]
+    return bool(common) and all(a.benchmarks[k].samples == b.benchmarks[k].samples
+                                for k in common)
+
+
+def pool_runs(runs: Sequence[Run], source: str) -> Run:
+    """One run from several of the same code and environment (A/B blocks): samples and
+    control samples concatenated per benchmark, with each run's rounds kept as a block;
+    only benchmarks present in every run."""
+    assert runs, "nothing to pool"
+    first = runs[0]
+    for run in runs[1:]:
+        if diffs := environment_differences(first.environment, run.environment):
+            raise EnvironmentMismatch(diffs)
+    keys = [k for k in first.benchmarks if all(k in r.benchmarks for r in runs)]
+    pooled = {k: dataclasses.replace(
+        first.benchmarks[k],
+        samples=tuple(x for r in runs for x in r.benchmarks[k].samples),
+        blocks=tuple(n for r in runs for n in (r.benchmarks[k].blocks
+                                               or (len(r.benchmarks[k].samples),))))
+        for k in keys}
+    return Run(source=source, benchmarks=pooled, environment=first.environment,
+               control_s=tuple(x for r in runs for x in r.control_s), info=first.info,
+               commit_info=first.commit_info, datetime=first.datetime)
