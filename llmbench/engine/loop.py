@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import torch
 
 from llmbench.engine.config import SamplingParams
-from llmbench.engine.device import sync
 from llmbench.engine.models import LoadedModel
+from llmbench.engine.timing import Stopwatch
 from llmbench.errors import UserError
 
 
@@ -164,8 +163,7 @@ def decode_loop(lm: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.
     device = lm.device
     generator = sampling_generator(params, device)
     position_ids = positions_from_mask(attention_mask) if attention_mask is not None else None
-    sync(device)
-    start = time.perf_counter()
+    watch = Stopwatch(device)
     if use_cache:
         logits, cache = prefill(lm, input_ids, attention_mask, position_ids)
     else:
@@ -173,8 +171,7 @@ def decode_loop(lm: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.
     sequence = input_ids
     while True:
         next_tokens = sample_next(logits, params, generator)
-        sync(device)
-        yield next_tokens, time.perf_counter() - start
+        yield next_tokens, watch.elapsed()
         if attention_mask is not None:
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(
                 next_tokens), 1))], dim=-1)

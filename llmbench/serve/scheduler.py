@@ -42,6 +42,7 @@ from llmbench.engine.loop import (
     sampling_generator,
 )
 from llmbench.engine.models import LoadedModel
+from llmbench.engine.timing import device_clock
 from llmbench.errors import UserError
 from llmbench.serve.kv_batch import check_batchable, keep_rows, merge
 from llmbench.serve.request import Outcome, Request
@@ -253,8 +254,7 @@ class Scheduler:
         logits, cache = prefill(self.lm, ids)
         generator = sampling_generator(request.params, device)
         token = int(sample_next(logits, request.params, generator)[0])
-        sync(device)
-        now = time.perf_counter()
+        now = device_clock(device)
         row = _Row(request, generator, position=ids.shape[1], last_token=token,
                    num_generated=0)
         if self._emit(row, token, now):
@@ -282,8 +282,7 @@ class Scheduler:
         sampled = {index: int(sample_next(logits[index:index + 1], row.request.params,
                                           row.generator)[0])
                    for index, row in enumerate(self._rows) if not row.request.params.is_greedy}
-        sync(device)
-        now = time.perf_counter()
+        now = device_clock(device)
         keep = []
         for index, row in enumerate(self._rows):
             row.position += 1
