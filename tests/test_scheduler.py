@@ -145,3 +145,9 @@ def test_close_ends_running_requests_as_cancelled(lm):
     next(items)
     scheduler.close()
     assert list(items)[-1].finish_reason == "cancelled"
+
+
+@pytest.mark.parametrize("reason, is_failure", [("stop", False), ("length", False),
+                                                ("cancelled", True), ("error", True)])
+def test_only_cancelled_and_failed_outcomes_are_failures(reason, is_failure):
+    assert Outcome(reason, 3, 1, 0.1).is_failure is is_failure

@@ -137,6 +137,12 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
+def ends_sequence(lm: LoadedModel, token_id: int, params: SamplingParams) -> bool:
+    """Whether `token_id` ends its sequence: it is one of the model's EOS ids and the request
+    does not ignore EOS. Every path that stops a sequence asks here."""
+    return not params.ignore_eos and token_id in lm.eos_token_ids
+
+
 def check_fits(lm: LoadedModel, num_input_tokens: int, params: SamplingParams) -> None:
     """A user error unless the prompt plus the requested tokens fit the context window."""
     if num_input_tokens < 1:
@@ -200,7 +206,7 @@ def stream(lm: LoadedModel, prompt_ids: list[int], params: SamplingParams,
             tokens, elapsed = next(steps)
             token_id = int(tokens[0])
             yield TokenEvent(index=index, token_id=token_id, time_s=elapsed)
-            if not params.ignore_eos and token_id in lm.eos_token_ids:
+            if ends_sequence(lm, token_id, params):
                 return
     finally:
         steps.close()
@@ -212,8 +218,7 @@ def build_result(lm: LoadedModel, input_tokens: int, events: list[TokenEvent],
     """Assemble the record from per-token events (shared by every engine path)."""
     token_ids = tuple(e.token_id for e in events)
     times = [e.time_s for e in events]
-    stopped = (not params.ignore_eos and bool(token_ids)
-               and token_ids[-1] in lm.eos_token_ids)
+    stopped = bool(token_ids) and ends_sequence(lm, token_ids[-1], params)
     return GenerationResult(
         token_ids=token_ids,
         text=lm.tokenizer.decode(token_ids, skip_special_tokens=True),

@@ -37,6 +37,7 @@ from llmbench.engine.loop import (
     build_result,
     check_fits,
     decode_step,
+    ends_sequence,
     prefill,
     sample_next,
     sampling_generator,
@@ -236,7 +237,7 @@ class Scheduler:
         row.num_generated += 1
         row.last_token = token_id
         params = request.params
-        if not params.ignore_eos and token_id in self.lm.eos_token_ids:
+        if ends_sequence(self.lm, token_id, params):
             self._finish(request, "stop", row.num_generated)
             return True
         if row.num_generated >= params.max_new_tokens:
