@@ -183,7 +183,7 @@ def _smollm2_tokenizer():
     return AutoTokenizer.from_pretrained(entry)
 
 
-def _random_model(config_dict: dict, dtype: torch.dtype, seed: int, tokenizer):
+def _random_model(config_dict: dict, dtype: torch.dtype, seed: int):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = dict(config_dict)
@@ -199,7 +199,7 @@ def _load_tiny(dtype: torch.dtype):
     tokenizer = _smollm2_tokenizer()
     cfg = {**TINY_CONFIG, "vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id,
            "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
-    model = _random_model(cfg, dtype, TINY_SEED, tokenizer)
+    model = _random_model(cfg, dtype, TINY_SEED)
     source = {"kind": "random", "seed": TINY_SEED, "config": cfg}
     return model, tokenizer, source
 
@@ -209,7 +209,7 @@ def _random_loader(arch: str, path: Path) -> Callable:
         config_dict = json.loads(path.read_text(encoding="utf-8"))
         # Any tokenizer will do for timing: SmolLM2's ids fit every shipped vocabulary.
         tokenizer = _smollm2_tokenizer()
-        model = _random_model(config_dict, dtype, RANDOM_SEED, tokenizer)
+        model = _random_model(config_dict, dtype, RANDOM_SEED)
         source = {"kind": "random", "seed": RANDOM_SEED, "config": f"{arch}.json",
                   "config_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
         return model, tokenizer, source

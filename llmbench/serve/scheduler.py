@@ -32,9 +32,7 @@ import torch
 from llmbench.engine.config import SamplingParams
 from llmbench.engine.device import sync
 from llmbench.engine.loop import (
-    GenerationResult,
     TokenEvent,
-    build_result,
     check_fits,
     decode_step,
     ends_sequence,
@@ -148,16 +146,6 @@ class Scheduler:
             self._waiting.append(request)
             self._cond.notify_all()
         return request
-
-    def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
-        """Submit and wait: the blocking single-request view, decoded on the caller's thread."""
-        request = self.submit(prompt_ids, params)
-        events = [item for item in request if isinstance(item, TokenEvent)]
-        outcome = request.outcome
-        if outcome is None or outcome.error is not None or not events:
-            raise RuntimeError(f"request {request.id} ended without tokens: {outcome}")
-        return build_result(self.lm, len(prompt_ids), events, params, "server",
-                            latency_s=outcome.latency_s)
 
     def _notify(self) -> None:
         with self._cond:
