@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import weakref
 
 from llmbench.errors import UserError
 
@@ -48,7 +49,24 @@ def encode_chat(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     return list(ids)
 
 
-_passage_ids: dict[int, list[int]] = {}
+# The passage's ids per tokenizer, dropped with the tokenizer: a key by `id()` could be
+# reused by another tokenizer after the first is garbage-collected.
+_passage_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _passage_ids_of(tokenizer) -> list[int]:
+    try:
+        return _passage_ids[tokenizer]
+    except KeyError:
+        pass
+    except TypeError:  # not weak-referenceable: nothing safe to key a cache on
+        return _tokenize_passage(tokenizer)
+    ids = _passage_ids[tokenizer] = _tokenize_passage(tokenizer)
+    return ids
+
+
+def _tokenize_passage(tokenizer) -> list[int]:
+    return list(tokenizer(passage(), add_special_tokens=False)["input_ids"])
 
 
 def exact_length_ids(tokenizer, num_tokens: int) -> list[int]:
@@ -58,10 +76,7 @@ def exact_length_ids(tokenizer, num_tokens: int) -> list[int]:
     """
     if num_tokens < 1:
         raise UserError(f"a prompt needs at least 1 token, got {num_tokens}")
-    key = id(tokenizer)
-    if key not in _passage_ids:
-        _passage_ids[key] = list(tokenizer(passage(), add_special_tokens=False)["input_ids"])
-    base = _passage_ids[key]
+    base = _passage_ids_of(tokenizer)
     repeats = -(-num_tokens // len(base))
     return (base * repeats)[:num_tokens]
 
