@@ -1,10 +1,11 @@
-"""Generation: our prefill/decode loop with a KV cache, and transformers' `generate`.
+"""Generation: our prefill/decode loop with a KV cache.
 
 `prefill` runs the prompt once and keeps only the last position's logits; `decode_step`
 feeds one token per sequence and reuses the cache. `decode_loop` drives both for a batch
 and yields each step's tokens with a timestamp taken after a device sync; `stream` and
-`generate` are the single-sequence views of it. `hf_generate` is the baseline path every
-seed post starts from. All paths return the same `GenerationResult` record.
+`generate` are the single-sequence views of it; `hf.hf_generate` is transformers' own
+`model.generate`, the reference our loop is measured against. All paths return the same
+`GenerationResult` record.
 """
 
 from __future__ import annotations
@@ -163,8 +164,8 @@ def decode_loop(lm: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.
     """Yield (next tokens [batch], seconds since start) once per step, indefinitely.
 
     The caller stops it (EOS, token limit). `attention_mask` is needed only when rows are
-    left-padded. With `use_cache=False` every step recomputes the whole sequence, which is
-    the seeds' cache-off experiment.
+    left-padded. With `use_cache=False` every step recomputes the whole sequence: the
+    kv-cache experiment's cache-off side.
     """
     device = lm.device
     generator = sampling_generator(params, device)

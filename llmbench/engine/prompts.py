@@ -1,6 +1,6 @@
 """Prompt construction: chat formatting, exact-length token prompts, shipped texts.
 
-The seeds measure "128 input tokens" exactly, so length sweeps cut token ids from a passage
+The length sweeps measure "128 input tokens" exactly, so they cut token ids from a passage
 the project ships (llmbench/data/passage.txt) rather than counting words.
 """
 
@@ -83,6 +83,6 @@ def exact_length_ids(tokenizer, num_tokens: int) -> list[int]:
 
 def chat_passage_ids(tokenizer, num_passage_tokens: int) -> list[int]:
     """A chat-formatted request to summarise a passage of about `num_passage_tokens` tokens,
-    as a user of a chat model would send it (the seeds' real-passage input sweep)."""
+    as a user of a chat model would send it (the input sweep's real-passage case)."""
     excerpt = tokenizer.decode(exact_length_ids(tokenizer, num_passage_tokens))
     return encode(tokenizer, f"Summarise this passage in one sentence.\n\n{excerpt}", chat=True)

@@ -2,8 +2,8 @@
 request together, one token per request per step.
 
 Requests arrive from any thread through `Scheduler.submit` and join at step boundaries. A
-new prompt is prefilled on its own, exactly as `engine.stream` would serve it alone, so its
-first token is the single-request token. Its KV cache then joins the running batch,
+new prompt is prefilled on its own, exactly as `engine.loop.stream` would serve it alone, so
+its first token is the single-request token. Its KV cache then joins the running batch,
 left-padded to the batch's length (or the batch padded to it). Each step feeds one token per
 row under an attention mask that hides the padding, with each row's own position ids, and
 samples each row with its own `SamplingParams` and generator. A finished or cancelled row
@@ -13,9 +13,8 @@ float rounding of batched kernels.
 
 Why not transformers' `ContinuousBatchingManager`: it samples every request with one
 generation config (greedy and sampled requests cannot share a batch), seeds the global RNG
-once (no per-request `seed`), and its sampling chain differs from `engine.sample_next`, so a
-served request would not reproduce `llmbench generate`. On CPU it was also slower (tiny model,
-32 new tokens, 2 shared cores: 265 vs 338 tokens/s alone, 715 vs 1290 with 8 at once).
+once (no per-request `seed`), and its sampling chain differs from `engine.loop.sample_next`,
+so a served request would not reproduce `llmbench generate`.
 """
 
 from __future__ import annotations
