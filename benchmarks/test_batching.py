@@ -1,5 +1,5 @@
-"""Static batching (seed 002): total throughput against batch size, and the same prompts
-served one after another against all at once."""
+"""Static batching: total throughput against batch size, and the same prompts served one
+after another against all at once."""
 
 import pytest
 

@@ -1,5 +1,5 @@
-"""Latency against prompt length at a fixed 32 new tokens (seeds 000 and 001): exact-length
-token prompts, plus a chat-formatted real passage as a chat user would send it."""
+"""Latency against prompt length at a fixed 32 new tokens: exact-length token prompts,
+plus a chat-formatted real passage as a chat user would send it."""
 
 import pytest
 

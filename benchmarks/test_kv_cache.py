@@ -1,5 +1,5 @@
-"""The KV cache on and off (seed 002): the same prompt and token count both ways, and
-both must produce the same tokens before their times count."""
+"""The KV cache on and off: the same prompt and token count both ways, and both must
+produce the same tokens before their times count."""
 
 import pytest
 

@@ -1,5 +1,5 @@
-"""Latency against output length at a fixed 128-token prompt (seeds 000 and 001):
-latency should grow linearly in output tokens and tokens/s should plateau."""
+"""Latency against output length at a fixed 128-token prompt: latency should grow
+linearly in output tokens and tokens/s should plateau."""
 
 import pytest
 

@@ -1,5 +1,5 @@
-"""Prefill against decode (seed 002): the per-token cost of processing the prompt in one
-pass, against generating one token at a time, early in a sequence and late in it."""
+"""Prefill against decode: the per-token cost of processing the prompt in one pass, against
+generating one token at a time, early in a sequence and late in it."""
 
 import pytest
 import torch

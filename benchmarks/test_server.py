@@ -1,6 +1,6 @@
-"""The server as users feel it (seeds 000, 001, 004): request latency against the engine's
-own, and streamed requests across concurrency levels, which give time to first token,
-inter-token latency and total throughput (concurrency 1 is the plain `/stream` case)."""
+"""The server as users feel it: request latency against the engine's own, and streamed
+requests across concurrency levels, which give time to first token, inter-token latency
+and total throughput (concurrency 1 is the plain `/stream` case)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmbench.engine import cache, models
+from llmbench.engine import cache, gguf
 
 
 class Builder:
@@ -165,20 +165,20 @@ def test_converted_gguf_naming_source_and_reuse(root, monkeypatch):
         calls.append((gguf.name, with_weights))
         (out / "tokenizer.json").write_text("{}")
 
-    monkeypatch.setattr(models, "_convert_gguf", fake_convert)
-    entry, source = models._converted_gguf(with_weights=False)
-    again, _ = models._converted_gguf(with_weights=False)
+    monkeypatch.setattr(gguf, "_convert_gguf", fake_convert)
+    entry, source = gguf.converted_gguf(with_weights=False)
+    again, _ = gguf.converted_gguf(with_weights=False)
     assert again == entry
-    assert calls == [(models.GGUF_FILE, False)]
+    assert calls == [(gguf.GGUF_FILE, False)]
     assert entry.parent == root
     assert entry.name == f"tokenizer-smollm2-{source['sha256'][:16]}"
-    assert source["sha256"] == models._sha256(models._gguf_path())
-    assert source["package"] == models.GGUF_PACKAGE and source["kind"] == "gguf-package"
+    assert source["sha256"] == gguf._sha256(gguf._gguf_path())
+    assert source["package"] == gguf.GGUF_PACKAGE and source["kind"] == "gguf-package"
     manifest = json.loads((entry / cache.MANIFEST).read_text())
     assert manifest["sha256"] == source["sha256"]
 
     (entry / "tokenizer.json").write_text("{} damaged")
-    models._converted_gguf(with_weights=False)
+    gguf.converted_gguf(with_weights=False)
     assert len(calls) == 2  # the damaged entry was rebuilt
 
 
@@ -186,7 +186,7 @@ def test_converted_gguf_naming_source_and_reuse(root, monkeypatch):
 def test_real_tokenizer_conversion_into_a_fresh_cache(tiny_lm, root):
     from transformers import AutoTokenizer
 
-    entry, _ = models._converted_gguf(with_weights=False)
+    entry, _ = gguf.converted_gguf(with_weights=False)
     assert entry.parent == root
     assert cache.is_complete(entry)
     assert (entry / "tokenizer.json").is_file()

@@ -20,7 +20,7 @@ from llmbench.engine.config import EngineConfig, SamplingParams
 from llmbench.engine.models import load_model
 from llmbench.errors import UserError
 from llmbench.serve.app import ServerSettings, create_app, running_server
-from llmbench.serve.client import LoadConfig, generate_once, run_load, stream_request
+from llmbench.serve.client import LoadConfig, complete_once, run_load, stream_request
 from llmbench.serve.load_result import (
     LoadResult,
     RequestSample,
@@ -401,9 +401,11 @@ def test_unreachable_server_counts_errors(lm):
     assert result.errors_by_reason == {"connection error": 2}
 
 
-def test_generate_once(live):
-    body = generate_once(live, "Hello", SamplingParams(max_new_tokens=3, ignore_eos=True))
-    assert body["output_tokens"] == 3 and len(body["token_ids"]) == 3
+def test_complete_once_on_a_native_server(live):
+    reply = complete_once(LoadConfig(url=live), "Hello",
+                          SamplingParams(max_new_tokens=3, ignore_eos=True))
+    assert reply["output_tokens"] == 3 and reply["input_tokens"] > 0
+    assert isinstance(reply["text"], str)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

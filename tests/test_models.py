@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from llmbench.engine import models
+from llmbench.engine import gguf, models
 from llmbench.engine.config import EngineConfig, SamplingParams
 from llmbench.engine.hf import hf_generate
 from llmbench.engine.loop import generate
@@ -78,8 +78,8 @@ def test_smollm2_fingerprint(smollm2_lm):
     assert 130e6 < fp["num_parameters"] < 140e6
     source = fp["source"]
     assert source["kind"] == "gguf-package"
-    assert source["package"] == models.GGUF_PACKAGE
-    assert source["file"] == models.GGUF_FILE
+    assert source["package"] == gguf.GGUF_PACKAGE
+    assert source["file"] == gguf.GGUF_FILE
     assert len(source["sha256"]) == 64
     int(source["sha256"], 16)
     json.dumps(fp)

@@ -75,3 +75,42 @@ def test_shipped_texts():
     assert len(prompts.passage().split()) > 100
     questions = prompts.questions()
     assert questions and all(q and q == q.strip() for q in questions)
+
+
+class _CountingTokenizer:
+    """Splits the passage into words, numbered; counts how often it was asked."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, text, add_special_tokens):
+        self.calls += 1
+        return {"input_ids": list(range(len(text.split())))}
+
+
+def test_passage_ids_are_cached_per_tokenizer_and_dropped_with_it():
+    first, second = _CountingTokenizer(), _CountingTokenizer()
+    assert prompts.exact_length_ids(first, 5) == [0, 1, 2, 3, 4]
+    assert prompts.exact_length_ids(first, 3) == [0, 1, 2]
+    prompts.exact_length_ids(second, 2)
+    assert (first.calls, second.calls) == (1, 1)  # each tokenizer tokenized the passage once
+    assert second in prompts._passage_ids
+    cached = len(prompts._passage_ids)
+    del second  # a later tokenizer can never be served ids cached for this one
+    assert len(prompts._passage_ids) == cached - 1
+
+
+def test_a_tokenizer_that_cannot_be_weakly_referenced_is_tokenized_each_time():
+    calls = []
+
+    class NoWeakref(tuple):  # empty __slots__ on a tuple: no room for a weak reference
+        __slots__ = ()
+
+        def __call__(self, text, add_special_tokens):
+            calls.append(text)
+            return {"input_ids": [7, 8, 9]}
+
+    tokenizer = NoWeakref()
+    assert prompts.exact_length_ids(tokenizer, 4) == [7, 8, 9, 7]
+    assert prompts.exact_length_ids(tokenizer, 1) == [7]
+    assert len(calls) == 2

@@ -96,8 +96,9 @@ def test_cancel_frees_the_slot_and_the_scheduler_keeps_serving(lm, scheduler):
     assert rest[-1].output_tokens < 4000
     _wait_until(lambda: scheduler.num_active == 0, "the cancelled row to leave")
     assert scheduler.stats.num_cancelled == 1
-    result = scheduler.generate(prompt, SamplingParams(max_new_tokens=4, ignore_eos=True))
-    assert result.output_tokens == 4
+    tokens, outcome = _drain(scheduler.submit(prompt, SamplingParams(max_new_tokens=4,
+                                                                      ignore_eos=True)))
+    assert len(tokens) == 4 and outcome.finish_reason == "length"
 
 
 def test_eos_finishes_with_stop_unless_ignored(lm):
@@ -145,3 +146,9 @@ def test_close_ends_running_requests_as_cancelled(lm):
     next(items)
     scheduler.close()
     assert list(items)[-1].finish_reason == "cancelled"
+
+
+@pytest.mark.parametrize("reason, is_failure", [("stop", False), ("length", False),
+                                                ("cancelled", True), ("error", True)])
+def test_only_cancelled_and_failed_outcomes_are_failures(reason, is_failure):
+    assert Outcome(reason, 3, 1, 0.1).is_failure is is_failure

@@ -7,11 +7,9 @@ its time moves only when the machine does. Comparing its samples between two run
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-from llmbench.engine.device import sync
+from llmbench.engine.timing import Stopwatch
 
 MATMUL_SIZE = 384
 NUM_MATMULS = 6
@@ -40,9 +38,7 @@ class ControlWorkload:
         self._run()  # untimed: page in and pick kernels
         best = float("inf")
         for _ in range(repeats):
-            sync(self.device)
-            start = time.perf_counter()
-            self._run()
-            sync(self.device)
-            best = min(best, time.perf_counter() - start)
+            with Stopwatch(self.device) as watch:
+                self._run()
+            best = min(best, watch.seconds)
         return best

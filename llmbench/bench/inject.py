@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from llmbench.engine import loop as engine
-from llmbench.engine.device import sync
+from llmbench.engine.timing import Stopwatch
 
 INJECT_KEY = pytest.StashKey[dict]()
 
@@ -47,11 +47,10 @@ def slowed(function, factor: float):
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         device = getattr(args[0], "device", None) if args else None
-        start = time.perf_counter()
+        # A call that is given no device (model or tensor) first does host work only.
+        watch = Stopwatch(device if isinstance(device, torch.device) else "cpu")
         out = function(*args, **kwargs)
-        if isinstance(device, torch.device):
-            sync(device)
-        time.sleep(factor * (time.perf_counter() - start))
+        time.sleep(factor * watch.elapsed())
         return out
 
     return wrapper

@@ -1,7 +1,7 @@
 """Benchmark profiles: how many rounds, and which sweep points each experiment runs.
 
-`quick` fits the whole suite on smollm2-135m into minutes on a 2-core CPU; `full` runs the
-seed posts' complete sweeps. Each sweep yields (id, value) pairs so the ids read like
+`quick` fits the whole suite on smollm2-135m into minutes on a 2-core CPU; `full` runs every
+sweep point. Each sweep yields (id, value) pairs so the ids read like
 `in=128-out=64` or `bs=8` in reports and in `--benchmark-group-by`.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Fixed points shared by the sweeps, after the seeds: a 128-token prompt for the output
-# sweep, 32 new tokens for the input sweep.
+# Fixed points shared by the sweeps: a 128-token prompt for the output sweep, 32 new
+# tokens for the input sweep.
 SWEEP_PROMPT_TOKENS = 128
 SWEEP_OUTPUT_TOKENS = 32
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import torch
 
 from llmbench.engine.config import SamplingParams
-from llmbench.engine.loop import GenerationResult, TokenEvent, build_result, check_fits, decode_loop
+from llmbench.engine.loop import (
+    GenerationResult,
+    TokenEvent,
+    build_result,
+    check_fits,
+    decode_loop,
+    ends_sequence,
+)
 from llmbench.engine.models import LoadedModel
 
 
@@ -44,7 +51,7 @@ def generate_static_batch(lm: LoadedModel, prompts: list[list[int]], params: Sam
                 if done[row]:
                     continue
                 events[row].append(TokenEvent(index, token_id, elapsed))
-                done[row] = not params.ignore_eos and token_id in lm.eos_token_ids
+                done[row] = ends_sequence(lm, token_id, params)
             if all(done):
                 break
     finally:

@@ -9,21 +9,20 @@ decode times), never as the whole batch's latency.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import torch
 
 from llmbench.engine.config import SamplingParams
-from llmbench.engine.device import sync
 from llmbench.engine.loop import GenerationResult, TokenEvent, build_result, check_fits
 from llmbench.engine.models import LoadedModel
+from llmbench.engine.timing import Stopwatch
 
 
 class _TimingStreamer:
     """Receives the prompt once, then each new token; stamps each token's arrival."""
 
-    def __init__(self, device: torch.device, start: float):
-        self.device, self.start = device, start
+    def __init__(self, watch: Stopwatch):
+        self.watch = watch
         self.times: list[float] = []
         self._seen_prompt = False
 
@@ -31,8 +30,7 @@ class _TimingStreamer:
         if not self._seen_prompt:
             self._seen_prompt = True
             return
-        sync(self.device)
-        self.times.append(time.perf_counter() - self.start)
+        self.times.append(self.watch.elapsed())
 
     def end(self) -> None:
         pass
@@ -70,12 +68,10 @@ def hf_generate(lm: LoadedModel, prompt_ids: list[int], params: SamplingParams
     check_fits(lm, len(prompt_ids), params)
     input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=lm.device)
     attention_mask = torch.ones_like(input_ids)
-    sync(lm.device)
-    start = time.perf_counter()
-    streamer = _TimingStreamer(lm.device, start)
+    watch = Stopwatch(lm.device)
+    streamer = _TimingStreamer(watch)
     output = _run(lm, input_ids, attention_mask, params, streamer)
-    sync(lm.device)
-    latency = time.perf_counter() - start
+    latency = watch.elapsed()
     new_ids = output[0, input_ids.shape[1]:].tolist()
     if not params.ignore_eos:
         new_ids = _cut_after_eos(new_ids, lm.eos_token_ids)
@@ -101,11 +97,9 @@ def hf_generate_batch(lm: LoadedModel, prompts: list[list[int]], params: Samplin
     for prompt in prompts:
         check_fits(lm, len(prompt), params)
     input_ids, attention_mask = left_pad(prompts, lm.pad_token_id, lm.device)
-    sync(lm.device)
-    start = time.perf_counter()
+    watch = Stopwatch(lm.device)
     output = _run(lm, input_ids, attention_mask, params, None)
-    sync(lm.device)
-    latency = time.perf_counter() - start
+    latency = watch.elapsed()
     results = []
     for row, prompt in zip(output[:, input_ids.shape[1]:].tolist(), prompts, strict=True):
         ids = row if params.ignore_eos else _cut_after_eos(row, lm.eos_token_ids)

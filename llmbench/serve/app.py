@@ -128,7 +128,7 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
             if isinstance(item, TokenEvent):
                 tokens.append(item)
         outcome = request.outcome
-        if outcome.finish_reason in ("cancelled", "error"):
+        if outcome.is_failure:
             raise failure(outcome)
         return {"text": text, "token_ids": [t.token_id for t in tokens],
                 **metrics(request, outcome, tokens[0], received)}
@@ -150,7 +150,7 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
                     elapsed = item.time_s + request.submitted_at - received
                     yield sse({"index": item.index, "token_id": item.token_id, "text": delta,
                                "time_ms": 1e3 * elapsed}, "token")
-                elif item.finish_reason in ("cancelled", "error"):
+                elif item.is_failure:
                     yield sse({"detail": item.error or "cancelled"}, "error")
                 else:
                     yield sse({"text": delta, **metrics(request, item, first, received)}, "done")

@@ -163,12 +163,6 @@ async def stream_request(client: httpx.AsyncClient, config: LoadConfig, prompt: 
     return Stream(tuple(chunks), time.perf_counter() - start, server)
 
 
-def generate_once(url: str, prompt: str, params: SamplingParams, chat: bool = True,
-                  timeout_s: float = default_of(LoadConfig, "timeout_s")) -> dict:
-    """One blocking `POST /generate` on a native server; the response JSON."""
-    return _post_once(LoadConfig(url=url, chat=chat, timeout_s=timeout_s), prompt, params)
-
-
 def _post_once(config: LoadConfig, prompt: str, params: SamplingParams) -> dict:
     """One blocking, non-streamed request in `config.api`'s protocol; the reply JSON."""
     path, body = request_body(config, prompt, params, stream=False)

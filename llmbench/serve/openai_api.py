@@ -61,7 +61,7 @@ def register(app: FastAPI, generations: Generations, schemas: dict[str, type[Bas
             async for _, delta in generations.run(http, request):
                 text += delta
             outcome = request.outcome
-            if outcome.finish_reason in ("cancelled", "error"):
+            if outcome.is_failure:
                 raise failure(outcome)
             return {**head, "choices": [choice(text, outcome.finish_reason, False)],
                     "usage": usage(outcome)}
@@ -80,7 +80,7 @@ def register(app: FastAPI, generations: Generations, schemas: dict[str, type[Bas
                     if delta:
                         yield sse({**chunk_head, "choices": [choice(delta, None, True)], **extra})
                     continue
-                if item.finish_reason in ("cancelled", "error"):
+                if item.is_failure:
                     yield sse({"error": {"message": item.error or "cancelled",
                                          "type": "server_error", "param": None, "code": None}})
                     break

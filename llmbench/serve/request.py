@@ -13,18 +13,21 @@ from dataclasses import dataclass
 from llmbench.engine.config import SamplingParams
 from llmbench.engine.loop import TokenEvent
 
-FINISH_REASONS = ("stop", "length", "cancelled", "error")
-
 
 @dataclass(frozen=True)
 class Outcome:
     """The last item of a request's stream: why it ended and when (seconds since submit)."""
 
-    finish_reason: str  # one of FINISH_REASONS
+    finish_reason: str  # "stop" (EOS), "length", "cancelled" or "error"
     input_tokens: int
     output_tokens: int
     latency_s: float
     error: str | None = None
+
+    @property
+    def is_failure(self) -> bool:
+        """Cancelled or failed: the request has no complete answer to give."""
+        return self.finish_reason in ("cancelled", "error")
 
 
 class Request:
