@@ -25,7 +25,7 @@ from llmbench.runs.environment import EnvironmentMismatch, environment_differenc
 
 # Groups in the order reports show them; any other group follows, alphabetically.
 GROUP_ORDER = ("output-sweep", "input-sweep", "prefill", "decode", "kv-cache", "batch-size",
-               "sequential-vs-batched", "engines", "server-generate", "server-stream",
+               "sequential-vs-batched", "engines", "server-generate",
                "server-concurrency")
 UNGROUPED = "ungrouped"
 # Named conditions in reading order, the reference first; other names sort alphabetically.
