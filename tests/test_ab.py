@@ -6,14 +6,15 @@ real suite on the tiny model against this repository's HEAD."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
-from gate_runs import REPO, SELECTION, TINY_ARGS
+from gate_runs import REPO, SELECTION, TINY_ARGS, make_run
 
-from llmbench import gate
+from llmbench import gate, runs
 from llmbench.cli import main
 from llmbench.errors import EXIT_USAGE
 from llmbench.gate import ab
@@ -183,6 +184,17 @@ def test_cli_passes_everything_after_double_dash_to_pytest(monkeypatch, capsys):
     assert seen["rev"] == "main" and seen["blocks"] == 2 and seen["rounds"] == ab.DEFAULT_ROUNDS
     assert seen["pytest_args"] == ["--model", "tiny", "-k", "decode", "--blocks"]
     assert seen["options"].threshold == 0.2
+
+
+def test_cli_prints_the_verdicts_and_exits_with_their_code(monkeypatch, capsys):
+    baseline = runs.run_from_json(make_run(1), "baseline")
+    candidate = runs.run_from_json(make_run(2, factors={"decode": 2.0}), "candidate")
+    result = gate.compare_runs(baseline, candidate)
+    monkeypatch.setattr(ab, "run_ab", lambda rev, **kwargs: result)
+    code = main(["ab", "main", "--format", "json"])
+    assert code == result.exit_code
+    assert code == 1  # the decode group is twice as slow
+    assert json.loads(capsys.readouterr().out)["summary"]
 
 
 @pytest.mark.slow

@@ -56,7 +56,8 @@ class Profile:
         return sweeps[argname]
 
 
-# Benchmark arguments that conftest parametrizes from the active profile.
+# Benchmark arguments that the plugin (`options.pytest_generate_tests`) parametrizes from the
+# active profile.
 SWEEP_ARGNAMES = ("output_case", "input_case", "prefill_tokens", "decode_context",
                   "batch_size", "engine_batch", "concurrency", "server_output")
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from llmbench.bench.profiles import Profile
 from llmbench.engine.config import EngineConfig
+from llmbench.runs import environment_key
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,12 @@ class BenchSettings:
     def __post_init__(self) -> None:
         assert self.rounds >= 1 and self.warmup_rounds >= 0
         assert self.server_api in ("native", "openai")
+
+    @property
+    def run_folder(self) -> Path:
+        """Where this environment's runs are saved, and where `latest` looks."""
+        return Path(self.baseline_dir) / environment_key(self.engine.model, self.device,
+                                                         self.dtype)
 
 
 # Where pytest_configure leaves the validated settings for fixtures and hooks to read.

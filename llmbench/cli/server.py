@@ -13,32 +13,29 @@ import json
 import sys
 from pathlib import Path
 
+from llmbench.cli.args import (
+    add_engine_arguments,
+    add_sampling_arguments,
+    engine_config,
+    positive_int,
+    positive_seconds,
+    sampling_params,
+)
 from llmbench.engine.config import EngineConfig, default_of
 from llmbench.errors import EXIT_OK, EXIT_REGRESSION, UserError
+from llmbench.serve.client import APIS, CONNECTION_ERROR, LoadConfig, run_load
+from llmbench.serve.settings import ServerSettings
 
 
 def _concurrency_list(text: str) -> list[int]:
-    try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected whole numbers like 1,4,16, got {text!r}"
-                                         ) from None
-    if not levels or min(levels) < 1:
-        raise argparse.ArgumentTypeError(f"every level must be at least 1, got {text!r}")
+    levels = [positive_int(part.strip()) for part in text.split(",") if part.strip()]
+    if not levels:
+        raise argparse.ArgumentTypeError(f"expected levels like 1,4,16, got {text!r}")
     return levels
 
 
 def register(subparsers) -> None:
     """Add `serve` and `load` to the `llmbench` subcommands."""
-    from llmbench.cli import (
-        add_engine_arguments,
-        add_sampling_arguments,
-        positive_int,
-        positive_seconds,
-    )
-    from llmbench.serve.app import ServerSettings
-    from llmbench.serve.client import APIS, LoadConfig
-
     s = lambda name: default_of(ServerSettings, name)  # noqa: E731
     serve = subparsers.add_parser("serve", help="serve a model over HTTP (native and "
                                                 "OpenAI-compatible routes)")
@@ -89,9 +86,8 @@ def register(subparsers) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from llmbench.cli import engine_config
     from llmbench.engine.models import load_model
-    from llmbench.serve.app import ServerSettings, create_app, listening_socket, uvicorn_server
+    from llmbench.serve.app import create_app, listening_socket, uvicorn_server
 
     settings = ServerSettings(host=args.host, port=args.port,
                               max_batch_size=args.max_batch_size,
@@ -118,10 +114,8 @@ def cmd_load(args: argparse.Namespace) -> int:
     the wrong --api, or a request the server refuses with 4xx)."""
     from tqdm import tqdm
 
-    from llmbench.cli import sampling_params
     from llmbench.engine.models import load_tokenizer
     from llmbench.engine.prompts import questions
-    from llmbench.serve.client import LoadConfig, run_load
     from llmbench.serve.load_result import summary_line
 
     if args.output is not None and args.output.exists():
@@ -163,8 +157,6 @@ def cmd_load(args: argparse.Namespace) -> int:
 def _is_refused(result) -> bool:
     """True when every request failed before the server would serve it: no connection, or
     a 4xx other than 408 and 429 (those say "not now", not "not like this")."""
-    from llmbench.serve.client import CONNECTION_ERROR
-
     def refused(reason: str | None) -> bool:
         return reason == CONNECTION_ERROR or (
             reason is not None and reason.startswith("HTTP 4")

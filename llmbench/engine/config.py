@@ -11,11 +11,14 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from llmbench.engine.device import DEVICES, DTYPES
 from llmbench.errors import UserError
 
 DEFAULT_MODEL = "smollm2-135m"
 ENGINES = ("loop", "hf")
+# The names a user may pass; `device` resolves them. Kept here, free of torch, so that
+# front ends that only parse flags (`llmbench compare --help`) never load torch.
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)

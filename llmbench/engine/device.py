@@ -13,10 +13,8 @@ import sys
 
 import torch
 
+from llmbench.engine.config import DEVICES, DTYPES
 from llmbench.errors import DeviceUnavailable, UserError
-
-DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 def _mps_available() -> bool:

@@ -15,11 +15,11 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import httpx
 
-from llmbench.engine.config import SamplingParams, default_of
+from llmbench.engine.config import SamplingParams
 from llmbench.errors import UserError
 from llmbench.serve.load_result import LoadResult, RequestSample, judged, token_timeline
 
@@ -29,18 +29,17 @@ ERROR_EVENT, TIMEOUT, CONNECTION_ERROR, BAD_STREAM = (
     "error event", "timeout", "connection error", "bad stream")
 
 
-def _default_url() -> str:
-    from llmbench.serve.app import ServerSettings
-
-    host, port = default_of(ServerSettings, "host"), default_of(ServerSettings, "port")
-    return f"http://{host}:{port}"
+# Where `llmbench serve` listens by default. The client keeps its own copy rather than
+# importing the app's settings: a load run against another server must not load FastAPI
+# and torch. tests/test_client.py checks that the two agree.
+DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 @dataclass(frozen=True)
 class LoadConfig:
     """Where to send load, how much, and how long to keep at it."""
 
-    url: str = field(default_factory=_default_url)
+    url: str = DEFAULT_URL
     api: str = "native"
     concurrency: int = 1
     num_requests: int = 32

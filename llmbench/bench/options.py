@@ -1,0 +1,144 @@
+"""The suite's options, in one group, validated once into `BenchSettings` at configure time;
+sweeps parametrized from the active profile; benchmarks refused under xdist (where
+pytest-benchmark silently stops timing); cases shuffled on request.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from llmbench import runs
+from llmbench.argtypes import one_of, whole_number
+from llmbench.bench.profiles import DEFAULT_PROFILE, PROFILES, SWEEP_ARGNAMES
+from llmbench.bench.settings import SETTINGS_KEY, BenchSettings
+from llmbench.engine.config import DEVICES, DTYPES, EngineConfig, default_of
+from llmbench.engine.device import resolve_device, resolve_dtype
+from llmbench.errors import UserError
+from llmbench.serve.client import APIS as SERVER_APIS
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The suite's options, in one group, each with its default in --help."""
+    group = parser.getgroup("llmbench", "llmbench: LLM inference benchmarks")
+    d = lambda name: default_of(EngineConfig, name)  # noqa: E731
+    group.addoption("--model", default=d("model"), metavar="NAME",
+                    help="registered name, hub id or local directory. Default: %(default)r")
+    group.addoption("--device", default=d("device"), type=one_of(*DEVICES), metavar="DEVICE",
+                    help=f"one of {', '.join(DEVICES)}. Default: %(default)r")
+    group.addoption("--dtype", default=d("dtype"), type=one_of(*DTYPES), metavar="DTYPE",
+                    help=f"one of {', '.join(DTYPES)}. Default: %(default)r")
+    group.addoption("--threads", default=d("threads"), type=whole_number(1), metavar="N",
+                    help="torch CPU threads. Default: %(default)r (torch's choice)")
+    group.addoption("--profile", default=DEFAULT_PROFILE, type=one_of(*PROFILES),
+                    metavar="NAME", help=f"one of {', '.join(PROFILES)}. Default: %(default)r")
+    group.addoption("--rounds", default=None, type=whole_number(1), metavar="N",
+                    help="timed rounds per benchmark. Default: %(default)r (the profile's)")
+    group.addoption("--warmup-rounds", default=None, type=whole_number(0), metavar="N",
+                    help="untimed rounds per benchmark. Default: %(default)r (the profile's)")
+    group.addoption("--shuffle-seed", default=None, type=whole_number(0), metavar="N",
+                    help="run cases in an order shuffled with this seed, spreading machine "
+                         "drift across conditions. Default: %(default)r (file order)")
+    group.addoption("--server-url", default=None, metavar="URL",
+                    help="point the server benchmarks at this external server instead of "
+                         "a live in-process one. Default: %(default)r")
+    group.addoption("--server-api", default="native", type=one_of(*SERVER_APIS),
+                    metavar="API", help=f"one of {', '.join(SERVER_APIS)}. "
+                                        "Default: %(default)r")
+    group.addoption("--baseline-dir", default=runs.BASELINES_DIR, metavar="DIR",
+                    help="where runs are saved, one folder per environment. "
+                         "Default: %(default)r")
+    group.addoption("--no-save", action="store_true", default=False,
+                    help="do not save this run. Default: %(default)r")
+    group.addoption("--saved-path-file", default=None, metavar="FILE",
+                    help="write the saved run's path to FILE, for a script that goes on "
+                         "with it (nox -s bench writes its report from it); no run saved, "
+                         "no FILE written. Default: %(default)r")
+
+
+def _settings_from(config: pytest.Config) -> BenchSettings:
+    opt = config.getoption
+    try:
+        engine = EngineConfig(model=opt("model"), device=opt("device"), dtype=opt("dtype"),
+                              threads=opt("threads"))
+        device = resolve_device(engine.device)
+        dtype = resolve_dtype(engine.dtype, device)
+    except UserError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if opt("server_api") != "native" and not opt("server_url"):
+        raise pytest.UsageError("--server-api applies to an external server: pass --server-url "
+                                "too, or drop --server-api")
+    saved_path_file = opt("saved_path_file")
+    if saved_path_file and not Path(saved_path_file).parent.is_dir():
+        raise pytest.UsageError(f"--saved-path-file {saved_path_file}: its folder does not "
+                                "exist; create it or pick a file in an existing folder")
+    profile = PROFILES[opt("profile")]
+    rounds, warmup = opt("rounds"), opt("warmup_rounds")
+    return BenchSettings(
+        engine=engine, profile=profile,
+        rounds=profile.rounds if rounds is None else rounds,
+        warmup_rounds=profile.warmup_rounds if warmup is None else warmup,
+        device=device.type, dtype=str(dtype).removeprefix("torch."),
+        shuffle_seed=opt("shuffle_seed"), server_url=opt("server_url"),
+        server_api=opt("server_api"), save=not opt("no_save"),
+        baseline_dir=opt("baseline_dir"), saved_path_file=saved_path_file,
+    )
+
+
+SERIAL_ONLY = ("benchmarks must run serially: drop -n, or pass --benchmark-disable for a "
+               "smoke run")
+
+
+def _may_collect_benchmarks(config: pytest.Config) -> bool:
+    """Whether the paths pytest was given (or its testpaths) reach the benchmarks folder."""
+    benchmarks = config.rootpath / "benchmarks"
+    for arg in config.args:
+        path = (config.invocation_params.dir / arg.split("::", 1)[0]).resolve()
+        if path == benchmarks or benchmarks in path.parents or path in benchmarks.parents:
+            return True
+    return False
+
+
+def _refuse_parallel_benchmarks(config: pytest.Config) -> None:
+    """Under xdist pytest-benchmark silently stops timing, and a green run that measured
+    nothing is worse than an error. Refused here, in the controller, before any worker
+    starts (a worker's usage error is only an xdist INTERNALERROR). The library's own tests
+    (`pytest -n auto tests`) and smoke runs (--benchmark-disable) stay parallel."""
+    if (hasattr(config, "workerinput") or config.getoption("dist", default="no") == "no"
+            or config.getoption("collectonly")):
+        return
+    if config.getoption("benchmark_disable") or config.getoption("benchmark_skip"):
+        return
+    if _may_collect_benchmarks(config):
+        raise pytest.UsageError(SERIAL_ONLY)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Validate the options once, before any fixture or benchmark sees them."""
+    _refuse_parallel_benchmarks(config)
+    config.stash[SETTINGS_KEY] = _settings_from(config)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize sweep arguments from the active profile, with readable ids."""
+    profile = metafunc.config.stash[SETTINGS_KEY].profile
+    for argname in SWEEP_ARGNAMES:
+        if argname in metafunc.fixturenames:
+            pairs = profile.sweep(argname)
+            metafunc.parametrize(argname, [v for _, v in pairs], ids=[i for i, _ in pairs])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse benchmarks under xdist unless explicitly disabled; apply --shuffle-seed."""
+    uses_benchmark = any("benchmark" in getattr(i, "fixturenames", ()) for i in items)
+    if (uses_benchmark and hasattr(config, "workerinput")
+            and not config.getoption("benchmark_disable")):
+        # A backstop for paths the controller could not see reaching benchmarks (e.g.
+        # --pyargs): crashing the run is still better than timing nothing.
+        raise pytest.UsageError(SERIAL_ONLY)
+    seed = config.stash[SETTINGS_KEY].shuffle_seed
+    if seed is not None:
+        random.Random(seed).shuffle(items)

@@ -1,0 +1,59 @@
+"""The suite's plugin at session end: one run JSON, judged by the gate and then saved.
+
+The real-run tests (test_gate.py, on the tiny model) show the outcome: `--compare-to latest`
+judges against the run before, never against the run being saved. These pin the wiring that
+outcome depends on, without running a benchmark."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from llmbench.bench import gate_hook, plugin, record
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    seen = []
+    monkeypatch.setattr(record, "benchmarks_enabled", lambda config: True)
+
+    def run_json(config):
+        seen.append(("run_json", None))
+        return {"benchmarks": [{"name": "x"}]}
+
+    monkeypatch.setattr(record, "run_json", run_json)
+    monkeypatch.setattr(gate_hook, "judge", lambda session, output: seen.append(("judge", output)))
+    monkeypatch.setattr(record, "save", lambda config, output: seen.append(("save", output)))
+    return seen
+
+
+def _session(**config):
+    return types.SimpleNamespace(config=types.SimpleNamespace(**config))
+
+
+def test_the_run_json_is_built_once_then_judged_then_saved(calls):
+    plugin.pytest_sessionfinish(_session(), 0)
+    assert [name for name, _ in calls] == ["run_json", "judge", "save"]
+    assert calls[1][1] is calls[2][1]  # the very same JSON
+
+
+def test_a_gate_that_fails_unexpectedly_still_saves_the_run(calls, monkeypatch):
+    def broken(session, output):
+        raise RuntimeError("gate broke")
+
+    monkeypatch.setattr(gate_hook, "judge", broken)
+    with pytest.raises(RuntimeError, match="gate broke"):
+        plugin.pytest_sessionfinish(_session(), 0)
+    assert [name for name, _ in calls] == ["run_json", "save"]
+
+
+def test_an_xdist_worker_neither_judges_nor_saves(calls):
+    plugin.pytest_sessionfinish(_session(workerinput={}), 0)
+    assert calls == []
+
+
+def test_without_timed_benchmarks_the_gate_hears_of_no_run(calls, monkeypatch):
+    monkeypatch.setattr(record, "benchmarks_enabled", lambda config: False)
+    plugin.pytest_sessionfinish(_session(), 0)
+    assert calls == [("judge", None), ("save", None)]
