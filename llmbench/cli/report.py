@@ -1,4 +1,4 @@
-"""`llmbench report RUN.json [--baseline B.json|latest] -o DIR`: report.md and PNG plots."""
+"""`llmbench report RUN [--baseline B.json|latest] -o DIR`: report.md and PNG plots."""
 
 from __future__ import annotations
 
@@ -50,8 +50,9 @@ def register(subparsers) -> None:
         description="Write DIR/report.md (per group: median, IQR, tokens/s, ms/token; with "
                     "--baseline, the gate's verdicts) and PNG plots with min-max whiskers. "
                     "Refuses a DIR that already holds a report unless --force.")
-    parser.add_argument("run", metavar="RUN.json", help="a saved run, e.g. "
-                        "baselines/<model>-<device>-<dtype>/NNNN_*.json")
+    parser.add_argument("run", metavar="RUN", help="a saved run's JSON, e.g. "
+                        "baselines/<model>-<device>-<dtype>/NNNN_*.json, or an environment "
+                        "folder (its newest run)")
     parser.add_argument("--baseline", metavar="B.json|latest", default=None,
                         help="a run to compare with: verdict columns, and overlaid on the "
                              "plots; 'latest': the newest other run of RUN's environment in "
