@@ -77,3 +77,23 @@ def parsed_by(parse: Callable[[str], object], name: str) -> Callable[[str], obje
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return _named(check, name)
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def duration(text: str) -> float:
+    """Seconds from '90s', '10m', '1.5h' or a bare number of seconds; must be > 0."""
+    raw = text.strip().lower()
+    scale = _DURATION_UNITS.get(raw[-1:], None)
+    try:
+        value = float(raw[:-1] if scale else raw) * (scale or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration like 10m, 90s or 600, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
+    return value
+
+
+duration.__name__ = "duration"

@@ -1,5 +1,6 @@
-"""`llmbench ab REV [-- PYTEST_ARGS]`: A/B a git revision against the working tree,
-interleaved on this machine. Exit codes as for `llmbench compare`.
+"""`llmbench ab REV [-- PYTEST_ARGS]`: A/B a git revision against the working tree on this
+machine, paired round by round (or, with --blocks, interleaved in blocks). Exit codes as
+for `llmbench compare`; Ctrl-C ends both sides, prints what was decided so far, exits 130.
 
 Everything after the first `--` goes to pytest unparsed (`split_pytest_args`, called by
 the top-level parser before argparse sees the arguments): argparse cannot give a trailing
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from llmbench.argtypes import duration, whole_number
 from llmbench.cli.args import add_gate_arguments, positive_int
 
 COMMAND = "ab"
@@ -27,40 +29,70 @@ def split_pytest_args(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv[:cut], argv[cut + 1:]
 
 
+def _print_decided(coordinator) -> None:
+    """After Ctrl-C: each benchmark paired so far, with its verdict from the pairs it got."""
+    from llmbench.gate import sequential
+
+    base, cand = coordinator.workers["baseline"], coordinator.workers["candidate"]
+    pairs = {name: (base.timed.get(name, []), cand.timed.get(name, []))
+             for name in coordinator.records}
+    thresholds = {name: r.threshold for name, r in coordinator.records.items()}
+    print(f"llmbench ab: interrupted after {coordinator.progress.pairs} pairs; decided so far:",
+          file=sys.stderr)
+    for c in sequential.judge_family(pairs, thresholds, coordinator.design):
+        print(f"  {c.name}: {c.verdict} (ratio {c.ratio:.3f}, CI [{c.ci_low:.3f}, "
+              f"{c.ci_high:.3f}], {c.n_pairs} pairs)", file=sys.stderr)
+
+
 def cmd_ab(args: argparse.Namespace) -> int:
     from llmbench import gate
     from llmbench.gate import ab
     from llmbench.gate.options import gate_options
 
-    result = ab.run_ab(args.rev, blocks=args.blocks, rounds=args.rounds,
+    if args.rounds is not None and args.blocks is None:
+        raise ab.ABError("--rounds applies to --blocks only: a paired A/B decides its rounds "
+                         "itself (see --budget and --max-pairs)")
+    result = ab.run_ab(args.rev, blocks=args.blocks, rounds=args.rounds or ab.DEFAULT_ROUNDS,
+                       budget_s=args.budget, max_pairs=args.max_pairs,
                        pytest_args=args.pytest_args, options=gate_options(vars(args)),
-                       keep=args.keep, log=sys.stderr)
+                       keep=args.keep, log=sys.stderr, on_interrupt=_print_decided)
     print(gate.render(result, args.format))
     return result.exit_code
 
 
 def register(subparsers) -> None:
     """Add `ab` to the `llmbench` command."""
-    from llmbench.gate.ab import DEFAULT_BLOCKS, DEFAULT_ROUNDS
+    from llmbench.gate.ab import DEFAULT_BUDGET_S, DEFAULT_ROUNDS
+    from llmbench.gate.sequential import DEFAULT_MAX_PAIRS, FIRST_LOOK
 
     parser = subparsers.add_parser(
-        COMMAND, help="A/B a git revision against the working tree, interleaved on this machine",
-        usage="llmbench ab REV [--blocks N] [--rounds N] [--keep DIR] [gate options] "
-              "[-- PYTEST_ARGS ...]",
+        COMMAND, help="A/B a git revision against the working tree, paired round by round",
+        usage="llmbench ab REV [--budget DURATION] [--max-pairs N] [--keep DIR] "
+              "[gate options] [-- PYTEST_ARGS ...]",
         description="Check REV out into a temporary git worktree and run its benchmark suite "
-                    "(the baseline) and the working tree's (the candidate) alternately in "
-                    "blocks, then apply the gate to the blocks' medians. Machine drift "
-                    "hits both sides alike: the recommended check for a pull request on a "
-                    "noisy machine. More blocks, not more rounds, narrow the verdict. Pass "
-                    "pytest arguments after --, e.g. "
+                    "(the baseline) and the working tree's (the candidate) as two processes "
+                    "that take turns, one round at a time, so every observation is a pair "
+                    "of rounds measured seconds apart. Each benchmark gets pairs until it "
+                    "is decided (a group-sequential test on the pairs' log-ratios), within "
+                    "the budget. The recommended check for a change on a noisy machine. "
+                    "Pass pytest arguments after --, e.g. "
                     "`llmbench ab main -- --model tiny -k decode`.")
     parser.add_argument("rev", metavar="REV", help="the baseline revision, e.g. main or HEAD~1")
-    parser.add_argument("--blocks", type=positive_int, default=DEFAULT_BLOCKS, metavar="N",
-                        help="pytest runs per side, alternating. Default: %(default)r")
-    parser.add_argument("--rounds", type=positive_int, default=DEFAULT_ROUNDS, metavar="N",
-                        help="timed rounds per benchmark in each block. Default: %(default)r")
+    parser.add_argument("--budget", type=duration, default=DEFAULT_BUDGET_S, metavar="DURATION",
+                        help="wall time for the whole comparison, e.g. 10m or 90s; what is "
+                             "undecided then is inconclusive, with the pairs it needs. "
+                             "Default: 10m")
+    parser.add_argument("--max-pairs", type=whole_number(FIRST_LOOK), default=DEFAULT_MAX_PAIRS,
+                        metavar="N", help="most pairs for one benchmark. Default: %(default)r")
     parser.add_argument("--keep", default=None, metavar="DIR",
-                        help="keep every block's run under DIR. Default: a temporary folder, "
-                             "removed afterwards")
+                        help="keep each side's run (and pairing.json, every pair) under DIR. "
+                             "Default: a temporary folder, removed afterwards")
+    parser.add_argument("--blocks", type=positive_int, default=None, metavar="N",
+                        help="instead of pairing rounds, run each side's suite N times, "
+                             "alternating, and judge the blocks' medians (the older mode: "
+                             "each block is a fresh process). Default: paired")
+    parser.add_argument("--rounds", type=positive_int, default=None, metavar="N",
+                        help=f"with --blocks: timed rounds per benchmark in each block. "
+                             f"Default: {DEFAULT_ROUNDS}")
     add_gate_arguments(parser)
     parser.set_defaults(func=cmd_ab, pytest_args=[])

@@ -20,6 +20,7 @@ timing anything, and checks each baseline run's recorded commit against REV afte
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -33,7 +34,8 @@ from typing import TextIO
 
 from llmbench import runs
 from llmbench.errors import UserError
-from llmbench.gate.compare import GateOptions, GateResult, compare_runs
+from llmbench.gate import stats
+from llmbench.gate.compare import GateOptions, GateResult, compare_paired, compare_runs
 
 DEFAULT_BLOCKS = 4
 DEFAULT_ROUNDS = 5  # per block: each block's median is one observation for the gate
@@ -214,12 +216,48 @@ def run_blocks(baseline: Checkout, candidate: Checkout, *, blocks: int, rounds: 
     return pooled[0], pooled[1]
 
 
-def run_ab(rev: str, *, blocks: int = DEFAULT_BLOCKS, rounds: int = DEFAULT_ROUNDS,
+DEFAULT_BUDGET_S = 600.0  # paired: ten minutes fits the quick selection on a 2-core CPU
+
+
+def live_threshold(options: GateOptions, nodeid: str, group: str | None,
+                   device_option: str | None) -> float:
+    """A benchmark's threshold while pairing, before any run is saved: as `compare` resolves
+    it (benchmark > group > --threshold > the device's default)."""
+    name = nodeid.rsplit("::", 1)[-1]
+    for key in (nodeid, name, group):
+        if key is not None and key in options.threshold_for:
+            return options.threshold_for[key]
+    if options.threshold is not None:
+        return options.threshold
+    from llmbench.engine.device import resolve_device  # torch: only when a default is needed
+
+    return stats.DEFAULT_THRESHOLDS[resolve_device(device_option or "auto").type]
+
+
+def _check_commit(run: runs.Run, side: Checkout) -> None:
+    recorded = run.commit_info.get("id")
+    if side.commit and recorded and recorded != side.commit:
+        raise ABError(f"{side.name} run {run.source} records commit {recorded[:8]}, not "
+                      f"{side.commit[:8]}: it did not run the checked-out code")
+
+
+def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
+           budget_s: float = DEFAULT_BUDGET_S, max_pairs: int | None = None,
            pytest_args: Sequence[str] = (), options: GateOptions | None = None,
            keep: str | None = None, repo: str | os.PathLike = ".",
-           candidate_args: Sequence[str] = (), log: TextIO | None = None) -> GateResult:
-    """`llmbench ab REV`: REV's suite against the working tree's, interleaved in blocks."""
+           candidate_args: Sequence[str] = (), log: TextIO | None = None,
+           on_interrupt=None) -> GateResult:
+    """`llmbench ab REV`: REV's suite against the working tree's, paired round by round
+    within `budget_s` (`pairing`), or with `blocks`, interleaved in blocks (this module)."""
+    from llmbench.gate import pairing, sequential  # pairing builds on this module
+
     check_pytest_args(pytest_args)
+    options = options or GateOptions()
+    design = sequential.Design(alpha=options.alpha,
+                               max_pairs=max_pairs or sequential.DEFAULT_MAX_PAIRS)
+    if blocks is None and options.normalize:
+        raise ABError("--normalize does not apply to a paired A/B: each pair already shares "
+                      "its moment on the machine; drop it (or pass --blocks)")
     root = repo_root(repo)
     if keep is not None and Path(keep).exists() and any(Path(keep).iterdir()):
         raise ABError(f"--keep {keep}: the folder is not empty; pass a new one")
@@ -227,11 +265,32 @@ def run_ab(rev: str, *, blocks: int = DEFAULT_BLOCKS, rounds: int = DEFAULT_ROUN
         workdir = Path(keep) if keep else Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="llmbench-ab-runs-")))
         source, sha = stack.enter_context(worktree(root, rev))
+        baseline = Checkout("baseline", source, commit=sha)
+        candidate = Checkout("candidate", root, tuple(candidate_args))
+        if blocks is not None:
+            if log is not None:
+                print(f"llmbench ab: baseline {rev} ({sha[:8]}) in {source}; candidate: the "
+                      f"working tree {root}; {blocks} blocks x {rounds} rounds", file=log)
+            base, cand = run_blocks(baseline, candidate, blocks=blocks, rounds=rounds,
+                                    pytest_args=pytest_args, workdir=workdir, log=log)
+            return compare_runs(base, cand, options)
         if log is not None:
             print(f"llmbench ab: baseline {rev} ({sha[:8]}) in {source}; candidate: the "
-                  f"working tree {root}; {blocks} blocks x {rounds} rounds", file=log)
-        base, cand = run_blocks(
-            Checkout("baseline", source, commit=sha),
-            Checkout("candidate", root, tuple(candidate_args)),
-            blocks=blocks, rounds=rounds, pytest_args=pytest_args, workdir=workdir, log=log)
-        return compare_runs(base, cand, options or GateOptions())
+                  f"working tree {root}; paired rounds, budget {budget_s:.0f} s, at most "
+                  f"{design.max_pairs} pairs a benchmark", file=log)
+        paired = pairing.run_paired(
+            baseline, candidate, pytest_args=pytest_args, workdir=workdir, design=design,
+            budget_s=budget_s, log=log, on_interrupt=on_interrupt,
+            threshold_of=lambda nodeid, group, device: live_threshold(options, nodeid, group,
+                                                                      device))
+        base, cand = runs.load_run(paired.baseline), runs.load_run(paired.candidate)
+        for run, side in ((base, baseline), (cand, candidate)):
+            _check_commit(run, side)
+        for record in paired.pairing["benchmarks"]:  # the saved runs are the pairs, exactly
+            for run, side in ((base, "baseline"), (cand, "candidate")):
+                saved = run.benchmarks.get(record["name"])
+                if saved is None or list(saved.samples) != record[side]:
+                    raise ABError(f"{side} run {run.source} does not hold the rounds paired "
+                                  f"for {record['name']}")
+        result = compare_paired(base, cand, design, options)
+        return dataclasses.replace(result, pairing=paired.pairing)

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from llmbench.errors import EXIT_OK, EXIT_REGRESSION, UserError
-from llmbench.gate import stats
+from llmbench.gate import sequential, stats
 from llmbench.runs.environment import (
     EnvironmentMismatch,
     environment_differences,
@@ -93,6 +93,20 @@ class GateResult:
     versions: Mapping[str, tuple] = field(default_factory=dict)
     only_baseline: tuple[str, ...] = ()
     only_candidate: tuple[str, ...] = ()
+    design: sequential.Design | None = None  # paired A/B: the looks its verdicts were taken at
+    pairing: Mapping | None = None  # paired A/B: every pair and why each benchmark stopped
+
+    @property
+    def sequential(self) -> str:
+        """The paired design in words, for the rule line."""
+        d = self.design
+        return (f"looks at {', '.join(map(str, d.looks))} pairs, each at alpha/{len(d.looks)}"
+                if d else "")
+
+    @property
+    def confidence(self) -> float:
+        """The CI's confidence: 1 - 2 alpha, split over the looks when judged paired."""
+        return 1 - 2 * (self.design.look_alpha if self.design else self.options.alpha)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -135,10 +149,10 @@ def _labels(run: Run, keys: Sequence[str]) -> dict[str, str]:
     return {k: n if names.count(n) == 1 else k for k, n in zip(keys, names, strict=True)}
 
 
-def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = None
-                 ) -> GateResult:
-    """Judge every benchmark the two runs share; `UserError` when they cannot be compared."""
-    options = options or GateOptions()
+def _common_and_thresholds(baseline: Run, candidate: Run, options: GateOptions
+                           ) -> tuple[list[str], dict[str, float], tuple[str, ...]]:
+    """The benchmarks both runs have, each one's threshold, and the environment differences
+    allowed; `UserError` when the runs cannot be compared."""
     if is_same_run(baseline, candidate):
         which = (baseline.source if baseline.source == candidate.source
                  else f"{baseline.source} and {candidate.source}")
@@ -160,6 +174,25 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
                                              overrides) for k in common}
     except ValueError:
         raise UserError(f"no default threshold for device {device!r}: pass --threshold") from None
+    return common, thresholds, tuple(mismatches) if options.allow_mismatch else ()
+
+
+def _result(baseline: Run, candidate: Run, options: GateOptions, common: Sequence[str],
+            comparisons, speed, mismatches, design=None) -> GateResult:
+    return GateResult(
+        baseline=baseline, candidate=candidate, options=options, comparisons=comparisons,
+        labels=_labels(candidate, common), speed=speed, mismatches=mismatches,
+        versions=version_differences(baseline.environment, candidate.environment),
+        only_baseline=tuple(k for k in baseline.benchmarks if k not in candidate.benchmarks),
+        only_candidate=tuple(k for k in candidate.benchmarks if k not in baseline.benchmarks),
+        design=design)
+
+
+def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = None
+                 ) -> GateResult:
+    """Judge every benchmark the two runs share; `UserError` when they cannot be compared."""
+    options = options or GateOptions()
+    common, thresholds, mismatches = _common_and_thresholds(baseline, candidate, options)
     rule = stats.Rule(threshold=options.threshold or max(thresholds.values()),
                       alpha=options.alpha)
     speed = None
@@ -178,10 +211,22 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
     comparisons = stats.compare_family(
         pairs, rule, thresholds=thresholds, groups=groups,
         speed_ratio=speed.ratio if options.normalize and speed else 1.0, blocks=blocks)
-    return GateResult(
-        baseline=baseline, candidate=candidate, options=options, comparisons=comparisons,
-        labels=_labels(candidate, common), speed=speed,
-        mismatches=tuple(mismatches) if options.allow_mismatch else (),
-        versions=version_differences(baseline.environment, candidate.environment),
-        only_baseline=tuple(k for k in baseline.benchmarks if k not in candidate.benchmarks),
-        only_candidate=tuple(k for k in candidate.benchmarks if k not in baseline.benchmarks))
+    return _result(baseline, candidate, options, common, comparisons, speed, mismatches)
+
+
+def compare_paired(baseline: Run, candidate: Run, design: sequential.Design,
+                   options: GateOptions | None = None) -> GateResult:
+    """Judge two runs whose rounds were taken in turn (`llmbench ab`): round i of a benchmark
+    on one side pairs with round i on the other. Machine speed needs no control here: a pair
+    shares its moment on the machine, so --normalize is refused."""
+    options = options or GateOptions()
+    if options.normalize:
+        raise UserError("--normalize does not apply to a paired A/B: each pair already shares "
+                        "its moment on the machine; drop it")
+    common, thresholds, mismatches = _common_and_thresholds(baseline, candidate, options)
+    pairs = {k: (baseline.benchmarks[k].samples, candidate.benchmarks[k].samples)
+             for k in common}
+    groups = {k: candidate.benchmarks[k].group for k in common
+              if candidate.benchmarks[k].group is not None}
+    comparisons = sequential.judge_family(pairs, thresholds, design, groups)
+    return _result(baseline, candidate, options, common, comparisons, None, mismatches, design)

@@ -31,7 +31,7 @@ def _interval(low: float, high: float) -> str:
 
 def _verdict_cell(c: stats.Comparison) -> str:
     if c.verdict is stats.Verdict.INCONCLUSIVE and c.rounds_needed is not None:
-        return f"inconclusive (~{c.rounds_needed} {c.unit}/side)"
+        return f"inconclusive (~{c.rounds_needed} {c.unit}{c.per_side})"
     return c.verdict.value
 
 
@@ -79,12 +79,19 @@ def header_lines(result: GateResult) -> list[str]:
         kb, kc = by_blocks[0].n_blocks
         lines.append(f"judged on block medians ({kb} vs {kc} blocks, Welch's t): rounds of one "
                      f"block are not independent draws")
+    paired = [c for c in result.comparisons if c.unit == "pairs"]
+    if paired:
+        used = sorted(c.n_pairs for c in paired)
+        lines.append(f"judged on pairs of rounds taken in turn ({used[0]}-{used[-1]} pairs a "
+                     f"benchmark, {sum(used)} in all): paired t on log-ratios, "
+                     f"{result.sequential}")
     o = result.options
     thresholds = sorted({c.threshold for c in result.comparisons})
     shown = ", ".join(f"{t:.0%}" if round(t * 100, 6).is_integer() else f"{t:.1%}"
                       for t in thresholds)
+    confidence = result.confidence if paired else 1 - 2 * o.alpha
     lines.append(f"rule: threshold {shown}, alpha {o.alpha:g} (Holm over "
-                 f"{len(result.comparisons)} benchmarks), CI {1 - 2 * o.alpha:.0%}")
+                 f"{len(result.comparisons)} benchmarks), CI {confidence:.1%}")
     return lines
 
 
@@ -105,7 +112,8 @@ def summary_line(result: GateResult) -> str:
     line = f"{outcome}: {counts}"
     if n["inconclusive"]:
         most, unit = result.rounds_needed
-        line += f" (inconclusive is not a pass: up to ~{most} {unit}/side would decide)"
+        per_side = "" if unit == "pairs" else "/side"
+        line += f" (inconclusive is not a pass: up to ~{most} {unit}{per_side} would decide)"
     skipped = len(result.only_baseline) + len(result.only_candidate)
     if skipped:
         line += f"; {skipped} benchmarks in one run only, not compared"

@@ -126,11 +126,18 @@ class Comparison:
     reason: str
     speed_ratio: float = 1.0
     n_blocks: tuple[int, int] = (0, 0)  # blocks per side when judged on block medians
+    n_pairs: int = 0  # pairs of rounds, when judged paired (`sequential`)
 
     @property
     def unit(self) -> str:
-        """What `rounds_needed` counts: "blocks" when judged on block medians, else "rounds"."""
-        return "blocks" if self.n_blocks[0] else "rounds"
+        """What `rounds_needed` counts: "pairs" when judged paired, "blocks" when judged on
+        block medians, else "rounds" (per side)."""
+        return "pairs" if self.n_pairs else "blocks" if self.n_blocks[0] else "rounds"
+
+    @property
+    def per_side(self) -> str:
+        """How `rounds_needed` reads: "/side" for rounds and blocks; a pair spans both."""
+        return "" if self.n_pairs else "/side"
 
 
 @dataclass(frozen=True)

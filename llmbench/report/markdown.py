@@ -46,7 +46,7 @@ def _verdict_cells(c) -> list[str]:
     if verdict == "regression":
         verdict = "**regression**"
     elif c.rounds_needed is not None:
-        verdict += f" (~{c.rounds_needed} {c.unit}/side)"
+        verdict += f" (~{c.rounds_needed} {c.unit}{c.per_side})"
     return [fmt_seconds(c.baseline_median), f"{c.ratio:.3f} [{c.ci_low:.3f}, {high}]", verdict]
 
 

@@ -1,0 +1,186 @@
+"""The pytest plugin that each side of a paired `llmbench ab` runs under: turn-taking.
+
+`llmbench ab` (the coordinator, `pairing`) starts the baseline's suite and the candidate's
+as two long-lived pytest processes and loads this module into both with `-p`. It makes
+every benchmark round wait for its turn: before each round the process asks the
+coordinator over a Unix socket and blocks (no spinning) until told "go", "stop" (no more
+rounds for this benchmark) or "skip". So the two processes never run at the same moment,
+and the coordinator decides how many rounds each benchmark gets.
+
+REV's side runs REV's own llmbench, which may have no pairing code at all (any revision
+with the benchmark suite). So this module is self-contained: the standard library, pytest
+and pytest-benchmark only, never `llmbench`; the coordinator copies it out of the package
+under its own module name. It takes over `BenchmarkFixture._raw_pedantic` (and `_raw`),
+through which every round of every benchmark passes, whatever the suite's code.
+
+Exclusive turns: a process runs only between a reply and its next request. It asks before
+collection ends (so model loading and warm-up of one side never overlap the other's
+rounds), before each round, and tells the coordinator when its session is over.
+
+Messages are JSON lines: requests ["hello", side, pid], ["collected", ids, device],
+["round", nodeid, group], ["finished", exitstatus]; reports, which get no reply,
+["took", nodeid, seconds, timed] and ["failed", nodeid, when, message].
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+
+import pytest
+
+ADDRESS_ENV = "LLMBENCH_PAIR_ADDRESS"  # the coordinator's Unix socket
+SIDE_ENV = "LLMBENCH_PAIR_SIDE"  # "baseline" or "candidate"
+SESSION_ENV = "LLMBENCH_PAIR_SESSION"  # one id for both sides of one comparison
+MODULE_NAME = "llmbench_pair_worker"  # the name the coordinator loads this file under
+
+
+class Channel:
+    """JSON lines over a connected socket, both ways; `receive` can time out."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buffer = b""
+
+    def send(self, message: list) -> None:
+        self.sock.sendall((json.dumps(message) + "\n").encode())
+
+    def receive(self, timeout: float | None = None) -> list | None:
+        """The next message; None when `timeout` seconds pass first; EOFError when the
+        other end has closed."""
+        while b"\n" not in self.buffer:
+            ready, _, _ = select.select([self.sock], [], [], timeout)
+            if not ready:
+                return None
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                raise EOFError("the other end closed the connection")
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+_channel: Channel | None = None
+
+
+def _ask(*message) -> list:
+    """Send a request and wait for the reply: this process's turn."""
+    _channel.send(list(message))
+    try:
+        reply = _channel.receive()
+    except (EOFError, OSError):
+        pytest.exit("llmbench ab went away: this paired run stops", returncode=3)
+    return reply
+
+
+def _tell(*message) -> None:
+    _channel.send(list(message))
+
+
+def _arguments(setup, args, kwargs):
+    """What pytest-benchmark's pedantic passes to the target: `setup()`'s result, if any."""
+    if setup is not None:
+        made = setup()
+        if made:
+            if args or kwargs:
+                raise TypeError("Can't use `args` or `kwargs` if `setup` returns the arguments.")
+            return made
+    return args, kwargs
+
+
+def _paired_pedantic(self, target, args=(), kwargs=None, setup=None, teardown=None, rounds=1,
+                     warmup_rounds=0, iterations=1):
+    """pytest-benchmark's pedantic loop, one round per turn, as many rounds as the
+    coordinator grants (the suite's `rounds` is the coordinator's to decide). Warm-up rounds
+    take turns too, and are reported untimed."""
+    from pytest_benchmark.fixture import PauseInstrumentation
+
+    if self.disabled:
+        a, kw = _arguments(setup, args, kwargs or {})
+        return target(*a, **kw)
+    if iterations != 1:
+        raise ValueError("a paired A/B times one call per round: iterations must be 1")
+    stats, result, warm = None, None, warmup_rounds
+    while True:
+        reply = _ask("round", self.fullname, self.group)
+        if reply[0] == "stop":
+            break
+        if reply[0] == "skip":
+            pytest.skip(reply[1])
+        a, kw = _arguments(setup, args, kwargs or {})
+        runner = self._make_runner(target, a, kw)
+        with PauseInstrumentation():
+            duration, result = runner(None)
+        if teardown is not None:
+            teardown(*a, **kw)
+        timed = warm == 0
+        if timed:
+            stats = stats or self._make_stats(1)  # made at the first timed round only
+            stats.update(duration)
+        else:
+            warm -= 1
+        _tell("took", self.fullname, duration, timed)
+    if stats is None:
+        pytest.skip("llmbench ab granted this benchmark no timed round")
+    return result
+
+
+def _paired_call(self, function_to_benchmark, *args, **kwargs):
+    """`benchmark(fn)` (calibrated mode) becomes one call per turn as well."""
+    return _paired_pedantic(self, function_to_benchmark, args, kwargs)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Connect, wait for the first turn, and take over pytest-benchmark's round loop."""
+    global _channel
+    from pytest_benchmark.fixture import BenchmarkFixture
+
+    if hasattr(config, "workerinput"):
+        raise pytest.UsageError("a paired llmbench ab side cannot run under xdist: drop -n")
+    if ADDRESS_ENV not in os.environ:
+        raise pytest.UsageError(f"-p {MODULE_NAME} is started by llmbench ab, not by hand")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(os.environ[ADDRESS_ENV])
+    _channel = Channel(sock)
+    _ask("hello", os.environ.get(SIDE_ENV, "?"), os.getpid())
+    BenchmarkFixture._raw_pedantic = _paired_pedantic
+    BenchmarkFixture._raw = _paired_call
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Run only the benchmarks both sides have, in one order; the coordinator says which."""
+    device = config.getoption("device", default=None)
+    reply = _ask("collected", [item.nodeid for item in items], device)
+    keep = reply[1]
+    by_id = {item.nodeid: item for item in items}
+    dropped = [item for item in items if item.nodeid not in set(keep)]
+    items[:] = [by_id[nodeid] for nodeid in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.failed:
+        lines = (report.longreprtext or "").strip().splitlines()
+        _tell("failed", report.nodeid, report.when, lines[-1] if lines else "(no message)")
+
+
+def pytest_benchmark_update_json(config, benchmarks, output_json: dict) -> None:
+    """Record in the saved run that its rounds were taken in turn with another run's."""
+    output_json["llmbench_pairing"] = {"side": os.environ.get(SIDE_ENV),
+                                       "session": os.environ.get(SESSION_ENV),
+                                       "order": "ABBA by pair", "unit": "pairs"}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After the run is saved (the suite's plugin saves first): the turn goes back for good."""
+    if _channel is not None:
+        _tell("finished", int(exitstatus))
+        _channel.close()

@@ -1,0 +1,405 @@
+"""Paired A/B: two suites, one round at a time in turn, judged sequentially within a budget.
+
+`llmbench ab REV` starts REV's benchmark suite (the baseline, in a temporary worktree) and
+the working tree's (the candidate) as two long-lived pytest processes. Each loads and
+warms its model once. A plugin of this llmbench (`pair_worker`, loaded with `-p`, so REV
+needs no pairing code of its own) makes each process ask before every round and wait,
+blocked on a socket, for its turn. This module is the other end: it hands out the turns.
+
+For each benchmark both sides have, in the suite's order, rounds are taken in pairs, A then
+B, then B then A (ABBA by pair), so no side always goes first after the other has run.
+After each pair the benchmark is judged at the looks of a group-sequential design
+(`sequential`) and stopped as soon as it is decided; pairs are spent only on benchmarks
+still open. The budget is shared: each benchmark gets an equal share of what is left when
+it starts, so an undecidable one cannot starve the rest; one that runs out of its share is
+inconclusive, with the pairs that should decide it.
+
+Each side's rounds are still saved by its own suite as an ordinary run (with the pairing
+recorded), so `compare` and `report` read them; `--keep DIR` keeps them with a
+`pairing.json` of every pair. A side that fails (pytest error, failed check, crash) ends
+both workers and raises `ABError` with one line; so do Ctrl-C (`KeyboardInterrupt`, after
+which the caller prints what was decided) and every other exit: workers never outlive this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from llmbench.gate import pair_worker, sequential
+from llmbench.gate.ab import ABError, Checkout, check_imports, check_pytest_args, side_env
+from llmbench.gate.pair_worker import Channel
+
+POLL_S = 1.0  # how often a wait checks that the worker is still alive
+CONNECT_TIMEOUT_S = 300.0  # starting pytest and importing torch; a slow disk is slow
+SIDES = ("baseline", "candidate")
+
+
+class SideFailed(ABError):
+    """One side's suite failed or its process died: both workers are ended."""
+
+
+@dataclass
+class Worker:
+    """One side's pytest process and what it has reported."""
+
+    name: str
+    checkout: Checkout
+    proc: subprocess.Popen
+    log_path: Path
+    channel: Channel | None = None
+    request: list | None = None  # what it is waiting for now
+    timed: dict[str, list[float]] = field(default_factory=dict)
+
+    def log_tail(self, lines: int = 3) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no output)"
+        kept = [line for line in text.strip().splitlines() if line.strip()]
+        return " | ".join(kept[-lines:]) or "(no output)"
+
+
+@dataclass
+class BenchmarkRecord:
+    """One benchmark's pairing: its pairs in order and why it stopped."""
+
+    name: str
+    group: str | None
+    threshold: float
+    stopped: str = ""  # the verdict it stopped on, "max pairs", "budget"
+    seconds: float = 0.0
+
+    def to_json(self, workers: dict[str, Worker]) -> dict:
+        return {"name": self.name, "group": self.group, "threshold": self.threshold,
+                "stopped": self.stopped, "seconds": round(self.seconds, 3),
+                **{w.name: w.timed.get(self.name, []) for w in workers.values()}}
+
+
+@dataclass
+class Progress:
+    """The stderr progress line: elapsed and budget, pairs, benchmarks decided and open."""
+
+    stream: TextIO | None
+    budget_s: float
+    started: float = field(default_factory=time.monotonic)
+    total: int = 0
+    decided: int = 0
+    pairs: int = 0
+    last_print: float = 0.0
+
+    def show(self, note: str = "", force: bool = False) -> None:
+        if self.stream is None:
+            return
+        now = time.monotonic()
+        if not force and now - self.last_print < 5:
+            return
+        self.last_print = now
+        line = (f"llmbench ab: {_clock(now - self.started)} of {_clock(self.budget_s)}, "
+                f"{self.pairs} pairs, {self.decided} of {self.total} benchmarks decided, "
+                f"{self.total - self.decided} open{note}")
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"
+
+
+class Coordinator:
+    """Hands out turns to the two workers; see the module docstring."""
+
+    def __init__(self, workers: dict[str, Worker], design: sequential.Design, budget_s: float,
+                 threshold_of: Callable[[str, str | None, str | None], float],
+                 progress: Progress):
+        self.workers = workers
+        self.design = design
+        self.deadline = progress.started + budget_s
+        self.threshold_of = threshold_of
+        self.progress = progress
+        self.records: dict[str, BenchmarkRecord] = {}
+        self.only: dict[str, list[str]] = {name: [] for name in SIDES}
+        self.skipped: dict[str, str] = {}  # benchmark -> why a side did not run it
+        self.device_option: str | None = None
+
+    # -- talking to one worker -----------------------------------------------------------
+    def grant(self, worker: Worker, reply: list) -> list:
+        """Give `worker` the turn with `reply`; return its next request."""
+        worker.channel.send(reply)
+        return self.wait(worker)
+
+    def wait(self, worker: Worker) -> list:
+        """Read reports until `worker` makes a request (it then waits for its next turn)."""
+        while True:
+            try:
+                message = worker.channel.receive(timeout=POLL_S)
+            except (EOFError, OSError):
+                message = None
+                if worker.proc.poll() is None:
+                    worker.proc.wait(timeout=30)
+            if message is None:
+                if worker.proc.poll() is not None:
+                    raise SideFailed(f"{worker.name} stopped (pytest exit "
+                                     f"{worker.proc.returncode}) in {worker.checkout.root}: "
+                                     f"{worker.log_tail()}")
+                continue
+            kind = message[0]
+            if kind == "took":
+                _, nodeid, seconds, timed = message
+                if timed:
+                    worker.timed.setdefault(nodeid, []).append(float(seconds))
+            elif kind == "failed":
+                _, nodeid, when, text = message
+                raise SideFailed(f"{worker.name} failed {nodeid} ({when}) in "
+                                 f"{worker.checkout.root}: {text}")
+            else:
+                worker.request = message
+                return message
+
+    # -- the comparison -----------------------------------------------------------------
+    def connect(self, server: socket.socket) -> None:
+        """Accept both workers' connections and their hello; nobody runs yet."""
+        pending = dict(self.workers)
+        give_up = time.monotonic() + CONNECT_TIMEOUT_S
+        server.settimeout(POLL_S)
+        while pending:
+            for worker in pending.values():
+                if worker.proc.poll() is not None:
+                    raise SideFailed(f"{worker.name} stopped before it started (pytest exit "
+                                     f"{worker.proc.returncode}) in {worker.checkout.root}: "
+                                     f"{worker.log_tail()}")
+            if time.monotonic() > give_up:
+                raise SideFailed(f"{', '.join(pending)} did not start within "
+                                 f"{CONNECT_TIMEOUT_S:.0f} s")
+            try:
+                sock, _ = server.accept()
+            except TimeoutError:
+                continue
+            sock.settimeout(None)
+            channel = Channel(sock)
+            hello = channel.receive(timeout=CONNECT_TIMEOUT_S)
+            if not hello or hello[0] != "hello" or hello[1] not in pending:
+                channel.close()
+                raise SideFailed(f"an unexpected process connected: {hello!r}")
+            worker = pending.pop(hello[1])
+            worker.channel = channel
+            worker.request = hello
+
+    def collect(self) -> list[str]:
+        """Each side collects in turn; both then run the benchmarks they share, in the
+        baseline's order. Returns those."""
+        collected = {}
+        for worker in self.workers.values():
+            request = self.grant(worker, ["go"])
+            if request[0] != "collected":
+                raise SideFailed(f"{worker.name} sent {request[0]!r} before collecting")
+            collected[worker.name] = request[1]
+            self.device_option = self.device_option or request[2]
+        base, cand = collected["baseline"], collected["candidate"]
+        common = [nodeid for nodeid in base if nodeid in set(cand)]
+        self.only["baseline"] = [n for n in base if n not in set(cand)]
+        self.only["candidate"] = [n for n in cand if n not in set(base)]
+        if not common:
+            raise ABError("the two sides share no benchmark: "
+                          + ("neither selected any (check -k, -m and paths after --)"
+                             if not base and not cand else
+                             f"baseline has {len(base)}, candidate {len(cand)}, none in both"))
+        self.progress.total = len(common)
+        return common
+
+    def run(self, common: Sequence[str]) -> None:
+        """Start both suites on the shared list, then pair every benchmark they reach."""
+        for worker in self.workers.values():
+            self.grant(worker, ["keep", list(common)])
+        order = {nodeid: i for i, nodeid in enumerate(common)}
+        base, cand = self.workers["baseline"], self.workers["candidate"]
+        while True:
+            requests = {w.name: w.request for w in (base, cand)}
+            if all(r[0] == "finished" for r in requests.values()):
+                return
+            rounds = {name: r[1] for name, r in requests.items() if r[0] == "round"}
+            if len(rounds) == 2 and rounds["baseline"] == rounds["candidate"]:
+                self.pair(rounds["baseline"], base.request[2],
+                          remaining=len(common) - order.get(rounds["baseline"], 0))
+                continue
+            # One side is at a benchmark the other has passed (skipped or never timed it):
+            # the one that is behind skips it too, and the benchmark is listed as such.
+            behind = min(rounds, key=lambda name: order.get(rounds[name], -1))
+            nodeid = rounds[behind]
+            other = "candidate" if behind == "baseline" else "baseline"
+            self.skipped[nodeid] = f"{other} did not run it"
+            self.progress.decided += 1
+            self.grant(self.workers[behind], ["skip", f"llmbench ab: the {other} side did not "
+                                                       "run this benchmark"])
+
+    def pair(self, nodeid: str, group: str | None, remaining: int) -> None:
+        """Pairs of rounds for one benchmark until it is decided or out of pairs or time."""
+        record = BenchmarkRecord(nodeid, group,
+                                 self.threshold_of(nodeid, group, self.device_option))
+        self.records[nodeid] = record
+        started = time.monotonic()
+        share = max(0.0, self.deadline - started) / max(1, remaining)
+        m = self.progress.total
+        base, cand = self.workers["baseline"], self.workers["candidate"]
+        index = 0
+        while True:
+            for worker in ((base, cand) if index % 2 == 0 else (cand, base)):
+                request = self.grant(worker, ["go"])
+                if request[:2] != ["round", nodeid]:
+                    raise SideFailed(f"{worker.name} left {nodeid} in the middle of its rounds")
+            index += 1
+            self.progress.pairs += 1
+            n = min(len(base.timed.get(nodeid, [])), len(cand.timed.get(nodeid, [])))
+            spent = time.monotonic() - started
+            found = sequential.stop_decision(
+                sequential.log_ratios(base.timed.get(nodeid, [])[:n],
+                                      cand.timed.get(nodeid, [])[:n]),
+                self.design, record.threshold, m) if n else None
+            next_look = self.design.next_look(n)
+            per_pair = spent / index
+            if found is not None:
+                record.stopped = found.value
+            elif next_look is None:
+                record.stopped = "max pairs"
+            elif spent + per_pair * (next_look - n) > share:
+                record.stopped = "budget"  # its next look would not fit in its share
+            self.progress.show(f"; {nodeid}: {n} pairs")
+            if record.stopped:
+                break
+        record.seconds = time.monotonic() - started
+        self.progress.decided += 1
+        self.progress.show(f"; {nodeid}: {record.stopped} after {n} pairs", force=True)
+        for worker in (base, cand):
+            self.grant(worker, ["stop"])
+
+    def finish(self) -> None:
+        """Let each side end its session (save its run) in turn."""
+        for worker in self.workers.values():
+            if worker.request and worker.request[0] != "finished":
+                raise SideFailed(f"{worker.name} is still at {worker.request!r}")
+
+    def to_json(self) -> dict:
+        return {"design": {"alpha": self.design.alpha, "looks": list(self.design.looks)},
+                "order": "ABBA by pair",
+                "benchmarks": [r.to_json(self.workers) for r in self.records.values()],
+                "skipped": self.skipped, "only": self.only}
+
+
+def worker_module_dir(parent: Path) -> Path:
+    """A folder holding `pair_worker` under its standalone module name, for PYTHONPATH."""
+    folder = parent / "plugin"
+    folder.mkdir()
+    shutil.copyfile(pair_worker.__file__, folder / f"{pair_worker.MODULE_NAME}.py")
+    return folder
+
+
+def _start(side: Checkout, args: Sequence[str], out: Path, plugin_dir: Path, address: str,
+           session: str, log_dir: Path) -> Worker:
+    env = side_env(side)
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(plugin_dir)])
+    env.update({pair_worker.ADDRESS_ENV: address, pair_worker.SIDE_ENV: side.name,
+                pair_worker.SESSION_ENV: session})
+    cmd = [sys.executable, "-m", "pytest", "--benchmark-only", "-q", "-p", "no:cacheprovider",
+           "-p", pair_worker.MODULE_NAME, f"--baseline-dir={out}", *args, *side.extra_args]
+    log_path = log_dir / f"{side.name}.log"
+    with open(log_path, "w") as log:
+        # Its own session: Ctrl-C reaches only the coordinator, which ends the workers.
+        proc = subprocess.Popen(cmd, cwd=side.root, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    return Worker(side.name, side, proc, log_path)
+
+
+def _end(worker: Worker) -> None:
+    """End a worker and everything it started (a server it spawned, say)."""
+    if worker.channel is not None:
+        worker.channel.close()
+    if worker.proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.proc.pid, signal.SIGTERM)
+        try:
+            worker.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.proc.pid, signal.SIGKILL)
+            worker.proc.wait()
+
+
+def _saved_run(worker: Worker, out: Path) -> Path:
+    found = sorted(out.glob("*/*.json"))
+    if worker.proc.returncode not in (0, None) or len(found) != 1:
+        raise SideFailed(f"{worker.name} saved {len(found)} runs (pytest exit "
+                         f"{worker.proc.returncode}) in {worker.checkout.root}: "
+                         f"{worker.log_tail()}")
+    return found[0]
+
+
+@dataclass
+class PairedRuns:
+    """What a paired A/B leaves: each side's saved run, and the pairing."""
+
+    baseline: Path
+    candidate: Path
+    pairing: dict
+
+
+def run_paired(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence[str],
+               workdir: Path, design: sequential.Design, budget_s: float,
+               threshold_of: Callable[[str, str | None, str | None], float],
+               log: TextIO | None = None,
+               on_interrupt: Callable[[Coordinator], None] | None = None) -> PairedRuns:
+    """Run both suites in turn, round by round; see the module docstring. `threshold_of`
+    maps (nodeid, group, the suites' --device option) to the benchmark's threshold."""
+    check_pytest_args(pytest_args)
+    for side in (baseline, candidate):
+        check_imports(side)
+    progress = Progress(log, budget_s)
+    with contextlib.ExitStack() as stack:
+        # A short path: a Unix socket's address is limited to ~100 bytes.
+        private = Path(tempfile.mkdtemp(prefix="llmbench-pair-"))
+        stack.callback(shutil.rmtree, private, ignore_errors=True)
+        plugin_dir = worker_module_dir(private)
+        address = str(private / "turns.sock")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stack.callback(server.close)
+        server.bind(address)
+        server.listen(2)
+        session = uuid.uuid4().hex
+        workers = {}
+        for side in (baseline, candidate):
+            out = workdir / side.name
+            out.mkdir(parents=True, exist_ok=True)
+            workers[side.name] = _start(side, pytest_args, out, plugin_dir, address, session,
+                                        workdir)
+            stack.callback(_end, workers[side.name])
+        coordinator = Coordinator(workers, design, budget_s, threshold_of, progress)
+        try:
+            coordinator.connect(server)
+            common = coordinator.collect()
+            if log is not None:
+                print(f"llmbench ab: {len(common)} benchmarks in both suites; pairing rounds "
+                      f"within a budget of {_clock(budget_s)}", file=log, flush=True)
+            coordinator.run(common)
+            coordinator.finish()
+        except KeyboardInterrupt:
+            if on_interrupt is not None:
+                on_interrupt(coordinator)
+            raise
+        for worker in workers.values():
+            worker.proc.wait()
+        pairing = {"session": session, **coordinator.to_json()}
+        (workdir / "pairing.json").write_text(json.dumps(pairing, indent=1))
+        return PairedRuns(_saved_run(workers["baseline"], workdir / "baseline"),
+                          _saved_run(workers["candidate"], workdir / "candidate"), pairing)
