@@ -293,4 +293,8 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
                     raise ABError(f"{side} run {run.source} does not hold the rounds paired "
                                   f"for {record['name']}")
         result = compare_paired(base, cand, design, options)
-        return dataclasses.replace(result, pairing=paired.pairing)
+        # A benchmark one side lacks is in neither saved run: it was never paired.
+        only = paired.pairing["only"]
+        return dataclasses.replace(result, pairing=paired.pairing,
+                                   only_baseline=(*result.only_baseline, *only["baseline"]),
+                                   only_candidate=(*result.only_candidate, *only["candidate"]))

@@ -167,8 +167,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
 
 def pytest_runtest_logreport(report) -> None:
     if report.failed:
+        crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
         lines = (report.longreprtext or "").strip().splitlines()
-        _tell("failed", report.nodeid, report.when, lines[-1] if lines else "(no message)")
+        text = crash.message if crash is not None else lines[-1] if lines else "(no message)"
+        _tell("failed", report.nodeid, report.when, text.splitlines()[0] if text else "")
 
 
 def pytest_benchmark_update_json(config, benchmarks, output_json: dict) -> None:

@@ -132,7 +132,8 @@ class Coordinator:
         self.progress = progress
         self.records: dict[str, BenchmarkRecord] = {}
         self.only: dict[str, list[str]] = {name: [] for name in SIDES}
-        self.skipped: dict[str, str] = {}  # benchmark -> why a side did not run it
+        # Benchmarks both collected that one side then did not run (it skipped them):
+        # listed as on the other side only, as those it alone collected are.
         self.device_option: str | None = None
 
     # -- talking to one worker -----------------------------------------------------------
@@ -240,7 +241,7 @@ class Coordinator:
             behind = min(rounds, key=lambda name: order.get(rounds[name], -1))
             nodeid = rounds[behind]
             other = "candidate" if behind == "baseline" else "baseline"
-            self.skipped[nodeid] = f"{other} did not run it"
+            self.only[behind].append(nodeid)
             self.progress.decided += 1
             self.grant(self.workers[behind], ["skip", f"llmbench ab: the {other} side did not "
                                                        "run this benchmark"])
@@ -295,7 +296,7 @@ class Coordinator:
         return {"design": {"alpha": self.design.alpha, "looks": list(self.design.looks)},
                 "order": "ABBA by pair",
                 "benchmarks": [r.to_json(self.workers) for r in self.records.values()],
-                "skipped": self.skipped, "only": self.only}
+                "only": self.only}
 
 
 def worker_module_dir(parent: Path) -> Path:

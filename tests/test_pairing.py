@@ -1,0 +1,275 @@
+"""Paired A/B (`llmbench ab` without --blocks): the two suites take turns one round at a
+time, each side runs its own code, the verdict is judged on the pairs, and both workers and
+the worktree are gone afterwards whatever happened.
+
+Most tests use a throwaway git repository whose one benchmark sleeps `llmbench.SPEED`
+centiseconds per round through pytest-benchmark's own `benchmark.pedantic`, and whose
+conftest saves the run in llmbench's format; every round also appends (side, pid, start,
+end) to a trace file, so turn-taking is checked on the clock. One slow test runs the real
+suite on the tiny model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from gate_runs import REPO, TINY_ARGS
+
+from llmbench import gate
+from llmbench.errors import EXIT_USAGE
+from llmbench.gate import ab, pair_worker, pairing
+from llmbench.gate.stats import Verdict
+
+FAKE_CONFTEST = '''
+import json, os, subprocess
+from pathlib import Path
+
+ENV = {"model": "fake", "device": "cpu", "device_name": "x", "dtype": "float32",
+       "threads": 1, "fingerprint": {"name": "fake"}, "versions": {}}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--baseline-dir")
+    parser.addoption("--model", default="fake")
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    benchmarks = [{"name": b.name, "fullname": b.fullname, "group": b.group,
+                   "stats": {"data": list(b.stats.data)}}
+                  for b in config._benchmarksession.benchmarks]
+    run = {"benchmarks": benchmarks, "commit_info": {"id": commit},
+           "llmbench": {"environment": ENV}}
+    config.hook.pytest_benchmark_update_json(config=config, benchmarks=[], output_json=run)
+    folder = Path(config.getoption("baseline_dir")) / "fake-cpu-float32"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "0001_x.json").write_text(json.dumps(run))
+'''
+
+FAKE_TEST = '''
+import os, time
+
+import pytest
+
+import llmbench
+
+
+def _round(speed):
+    start = time.monotonic()
+    if os.environ.get("FAKE_FAIL_SIDE") == os.environ.get("LLMBENCH_PAIR_SIDE"):
+        raise RuntimeError("fake benchmark failing on purpose")
+    time.sleep(0.01 * speed)
+    with open(os.environ["FAKE_TRACE"], "a") as trace:
+        trace.write(f"{os.environ.get('LLMBENCH_PAIR_SIDE')} {os.getpid()} {start} "
+                    f"{time.monotonic()}\\n")
+
+
+@pytest.mark.benchmark(group="speed")
+def test_speed(benchmark):
+    benchmark.pedantic(_round, args=(llmbench.SPEED,), rounds=3)
+'''
+
+
+# The installed command: `python -m llmbench` in the fake repository would import its fake
+# llmbench, the working directory coming first on the import path.
+LLMBENCH = str(Path(sys.executable).parent / "llmbench")
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.fixture
+def fake_repo(tmp_path, monkeypatch) -> Path:
+    repo = tmp_path / "repo"
+    (repo / "llmbench").mkdir(parents=True)
+    (repo / "llmbench" / "__init__.py").write_text("SPEED = 1.0\n")
+    (repo / "conftest.py").write_text(textwrap.dedent(FAKE_CONFTEST))
+    (repo / "test_fake.py").write_text(textwrap.dedent(FAKE_TEST))
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "speed 1")
+    monkeypatch.setenv("FAKE_TRACE", str(tmp_path / "trace.txt"))
+    return repo
+
+
+def _trace(tmp_path: Path) -> list[tuple[str, int, float, float]]:
+    rows = (line.split() for line in (tmp_path / "trace.txt").read_text().splitlines())
+    return [(side, int(pid), float(start), float(end)) for side, pid, start, end in rows]
+
+
+def _worktrees(repo: Path) -> int:
+    return _git(repo, "worktree", "list", "--porcelain").count("worktree ")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie child of another process still answers kill(0): read its state.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ")[-1][:1] != "Z"
+
+
+def test_a_slower_working_tree_is_a_regression_judged_on_pairs(fake_repo, tmp_path):
+    (fake_repo / "llmbench" / "__init__.py").write_text("SPEED = 2.0\n")  # uncommitted
+    keep = tmp_path / "runs"
+    result = ab.run_ab("HEAD", repo=fake_repo, keep=str(keep), budget_s=120)
+    (comparison,) = result.comparisons
+    # Each side ran its own code: the committed 1 cs sleep against the working tree's 2 cs.
+    assert comparison.baseline_median == pytest.approx(0.01, rel=0.3)
+    assert comparison.candidate_median == pytest.approx(0.02, rel=0.3)
+    assert comparison.verdict is Verdict.REGRESSION and result.exit_code == 1
+    assert comparison.unit == "pairs" and comparison.n_pairs == result.design.looks[0]
+    # Decided at the first look, so no more pairs than that were spent.
+    assert comparison.n_baseline == comparison.n_candidate == comparison.n_pairs
+    assert "judged on pairs of rounds taken in turn" in gate.render(result, "text")
+    # The saved runs are ordinary runs that record the pairing, beside every pair.
+    saved = [json.loads(p.read_text()) for p in sorted(keep.glob("*/*/*.json"))]
+    assert [s["llmbench_pairing"]["side"] for s in saved] == ["baseline", "candidate"]
+    assert saved[0]["llmbench_pairing"]["session"] == saved[1]["llmbench_pairing"]["session"]
+    (record,) = json.loads((keep / "pairing.json").read_text())["benchmarks"]
+    assert record["stopped"] == "regression" and len(record["candidate"]) == 8
+    assert _worktrees(fake_repo) == 1
+
+
+def test_turns_never_overlap_and_alternate_abba(fake_repo, tmp_path):
+    result = ab.run_ab("HEAD", repo=fake_repo, budget_s=120, max_pairs=12,
+                       options=gate.GateOptions(threshold=0.001))  # undecidable: all 12 pairs
+    (comparison,) = result.comparisons
+    assert comparison.n_pairs == 12 and comparison.verdict is Verdict.INCONCLUSIVE
+    rounds = sorted(_trace(tmp_path), key=lambda row: row[2])
+    assert len(rounds) == 24
+    for before, after in zip(rounds, rounds[1:]):
+        assert before[3] <= after[2], f"{before} overlaps {after}"
+    sides = "".join(side[0] for side, *_ in rounds)
+    assert sides == "bccb" * 6, sides  # pair by pair: baseline first, then candidate first
+    pids = {side: {pid for s, pid, *_ in rounds if s == side} for side in ("baseline",
+                                                                             "candidate")}
+    assert all(len(p) == 1 for p in pids.values())  # one long-lived process a side
+    assert not any(_alive(next(iter(p))) for p in pids.values())
+
+
+def test_same_code_on_both_sides_is_unchanged(fake_repo):
+    result = ab.run_ab("HEAD", repo=fake_repo, budget_s=120)
+    assert [c.verdict for c in result.comparisons] == [Verdict.UNCHANGED]
+    assert result.exit_code == 0
+
+
+def test_a_benchmark_on_one_side_only_is_listed_not_an_error(fake_repo):
+    extra = FAKE_TEST.replace("def test_speed", "def test_new")
+    (fake_repo / "test_new.py").write_text(textwrap.dedent(extra))  # untracked: candidate only
+    result = ab.run_ab("HEAD", repo=fake_repo, budget_s=120)
+    assert [c.name for c in result.comparisons] == ["test_fake.py::test_speed"]
+    assert result.only_candidate == ("test_new.py::test_new",)
+    assert "1 benchmarks in one run only" in gate.render(result, "text")
+
+
+def test_a_failing_side_is_one_line_exit_2_with_both_workers_ended(fake_repo, tmp_path):
+    env = {**os.environ, "FAKE_FAIL_SIDE": "candidate"}
+    proc = subprocess.run([LLMBENCH, "ab", "HEAD", "--budget", "60"],
+                          cwd=fake_repo, env=env, capture_output=True, text=True)
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert "Traceback" not in proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("llmbench ab: error: candidate failed test_fake.py::test_speed")
+    assert "failing on purpose" in error
+    assert {side for side, *_ in _trace(tmp_path)} == {"baseline"}  # the candidate never timed
+    assert _worktrees(fake_repo) == 1
+
+
+def test_ctrl_c_ends_both_workers_removes_the_worktree_and_prints_what_was_decided(
+        fake_repo, tmp_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [LLMBENCH, "ab", "HEAD", "--threshold", "0.1%",
+         "--max-pairs", "10000"], cwd=fake_repo, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    trace = tmp_path / "trace.txt"
+    give_up = time.monotonic() + 120
+    while not (trace.exists() and len(trace.read_text().splitlines()) >= 20):
+        assert proc.poll() is None and time.monotonic() < give_up, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted after" in err and "decided so far" in err
+    assert "test_fake.py::test_speed: inconclusive" in err
+    assert "Traceback" not in err
+    pids = {pid for _, pid, *_ in _trace(tmp_path)}
+    assert len(pids) == 2 and not any(_alive(pid) for pid in pids)
+    assert _worktrees(fake_repo) == 1
+
+
+def test_a_short_budget_leaves_a_benchmark_inconclusive_with_the_pairs_it_needs(fake_repo):
+    result = ab.run_ab("HEAD", repo=fake_repo, budget_s=1, max_pairs=1000,
+                       options=gate.GateOptions(threshold=0.001))
+    (comparison,) = result.comparisons
+    assert comparison.verdict is Verdict.INCONCLUSIVE
+    assert comparison.rounds_needed is not None and comparison.rounds_needed > 0
+    assert result.pairing["benchmarks"][0]["stopped"] == "budget"
+    assert "inconclusive (~" in gate.render(result, "text")
+
+
+def test_the_worker_plugin_is_standalone():
+    """It is loaded into REV's process, whose llmbench may predate it: it must not import
+    llmbench (nor anything else outside the standard library, pytest and pytest-benchmark)."""
+    source = Path(pair_worker.__file__).read_text()
+    assert "import llmbench" not in source and "from llmbench" not in source
+    code = ("import sys; sys.modules['llmbench'] = None; import importlib.util as u; "
+            f"s = u.spec_from_file_location('w', {pair_worker.__file__!r}); "
+            "m = u.module_from_spec(s); s.loader.exec_module(m); print(m.MODULE_NAME)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stdout.strip() == pair_worker.MODULE_NAME, proc.stderr
+
+
+def test_a_suite_started_by_hand_with_the_worker_is_told_what_it_is(tmp_path):
+    folder = pairing.worker_module_dir(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(folder)}
+    env.pop(pair_worker.ADDRESS_ENV, None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", pair_worker.MODULE_NAME,
+                           "--co", "-q", str(tmp_path)], env=env, capture_output=True,
+                          text=True, cwd=tmp_path)
+    assert proc.returncode != 0 and "started by llmbench ab, not by hand" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slowdown", [None, 1.0])
+def test_real_suite_on_tiny_paired_against_head(tmp_path, slowdown):
+    """The real suite on both sides. A/A passes; with every decode step taking twice as
+    long on the candidate, only the decode benchmarks are regressions."""
+    drop = {"--benchmark-only", "-p", "no:cacheprovider"}
+    args = [a for a in TINY_ARGS if a not in drop]
+    at = args.index("--rounds")
+    del args[at:at + 2]
+    inject = ("-p", "llmbench.bench.inject", f"--slow-down=decode_step={slowdown}")
+    keep = tmp_path / "runs"
+    result = ab.run_ab("HEAD", pytest_args=[*args, "-k", "decode or prefill"], repo=REPO,
+                       candidate_args=inject if slowdown else (), budget_s=240,
+                       keep=str(keep))
+    verdicts = {c.name.rsplit("::", 1)[-1]: c.verdict for c in result.comparisons}
+    assert len(verdicts) == 5
+    regressions = {name for name, v in verdicts.items() if v is Verdict.REGRESSION}
+    if slowdown is None:
+        assert not regressions and result.exit_code == 0, verdicts
+    else:
+        assert regressions == {n for n in verdicts if n.startswith("test_decode")}, verdicts
+        assert result.exit_code == 1
+    # The slowdown ran on the candidate side only (run_ab has checked that the baseline's
+    # run records REV's commit, i.e. it ran the worktree's code).
+    saved = {side: json.loads(next((keep / side).glob("*/*.json")).read_text())
+             for side in ("baseline", "candidate")}
+    assert "llmbench_injected" not in saved["baseline"]
+    assert ("llmbench_injected" in saved["candidate"]) == (slowdown is not None)
