@@ -11,6 +11,7 @@ suite on the tiny model.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -152,7 +153,7 @@ def test_turns_never_overlap_and_alternate_abba(fake_repo, tmp_path):
     assert comparison.n_pairs == 12 and comparison.verdict is Verdict.INCONCLUSIVE
     rounds = sorted(_trace(tmp_path), key=lambda row: row[2])
     assert len(rounds) == 24
-    for before, after in zip(rounds, rounds[1:]):
+    for before, after in itertools.pairwise(rounds):
         assert before[3] <= after[2], f"{before} overlaps {after}"
     sides = "".join(side[0] for side, *_ in rounds)
     assert sides == "bccb" * 6, sides  # pair by pair: baseline first, then candidate first

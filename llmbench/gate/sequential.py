@@ -45,7 +45,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special, stats as scipy_stats
+from scipy import special
+from scipy import stats as scipy_stats
 
 from llmbench.gate.stats import MAX_ROUNDS_NEEDED, Comparison, Verdict, holm
 
