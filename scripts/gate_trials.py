@@ -1,6 +1,8 @@
 """Measure the regression gate on a real model: false alarms and detection, stored and A/B.
 
     python scripts/gate_trials.py --model smollm2-135m --trials 10 --ab-trials 10
+    python scripts/gate_trials.py --trials 0 --ab-trials 0 --paired-trials 20 \
+        -- -k "decode or prefill"
 
 Everything runs from a temporary git worktree of --rev (HEAD by default), so edits made
 meanwhile do not leak into the trials. Three measurements, for the closing note of the
@@ -13,8 +15,15 @@ regression-gate issue:
      (also: with any claimed change, regression or improvement).
    - detection rate: share of --target-group benchmarks called a regression in the slowed
      comparisons (and the share of slowed comparisons that fail the gate at all).
-2. A/B mode: --ab-trials rounds of (same code on both sides; slowdown on the candidate
-   side), each `--blocks` ABBA blocks of `--ab-rounds` rounds, as `llmbench ab` runs them.
+2. Block A/B (`llmbench ab --blocks`): --ab-trials rounds of (same code on both sides;
+   slowdown on the candidate side), each `--blocks` ABBA blocks of `--ab-rounds` rounds.
+3. Paired A/B (`llmbench ab`, its default): --paired-trials rounds of the --plan, by default
+   A/A and a 15% slowdown at a 10% threshold, a 5% slowdown and A/A at a 2% threshold,
+   interleaved so that each kind sees the machine's whole afternoon. Each comparison runs
+   within --budget, as `llmbench ab` would; its pairs are kept (pairing.json) under --out,
+   and paired.md reports, per kind: the realised slowdown the pairs measured, the share of
+   comparisons that flag a regression, which benchmarks, wall time and pairs used, and the
+   spread of A/A pair log-ratios with the pairs a 5% change needs at that spread.
 
 The slowdown is `-p llmbench.bench.inject --slow-down decode_step=FACTOR`: every decode step takes
 1 + FACTOR times as long, so every benchmark that decodes slows, the decode group by the
@@ -157,6 +166,130 @@ def markdown(table: dict[str, dict], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+PAIRED_PLAN = "aa@10%,slow0.15@10%,slow0.05@2%,aa@2%"
+
+
+@dataclass
+class PairedOutcome:
+    """One paired comparison, reduced to what the table needs."""
+
+    kind: str  # e.g. "slow0.15@10%"
+    slowdown: float
+    threshold: float
+    counts: dict[str, int]
+    flagged: list[str]  # benchmarks called a regression
+    ratios: dict[str, float]  # benchmark -> ratio of its pairs
+    verdicts: dict[str, str]
+    pairs: dict[str, int]  # benchmark -> pairs used
+    wall_s: float
+    log_sd: dict[str, float]  # benchmark -> sd of its pair log-ratios
+
+
+def parse_plan(text: str) -> list[tuple[str, float, float]]:
+    """'aa@10%,slow0.15@10%' -> [(kind, slowdown, threshold), ...]."""
+    plan = []
+    for item in text.split(","):
+        what, _, threshold = item.strip().partition("@")
+        slowdown = 0.0 if what == "aa" else float(what.removeprefix("slow"))
+        plan.append((item.strip(), slowdown, gate.parse_fraction(threshold or "10%")))
+    return plan
+
+
+def paired_trial(root: Path, sha: str, folder: Path, kind: str, slowdown: float,
+                 threshold: float, common: list[str], budget_s: float) -> PairedOutcome:
+    from llmbench.gate import sequential
+
+    inject = ("-p", "llmbench.bench.inject", f"--slow-down=decode_step={slowdown}")
+    options = gate.GateOptions(threshold=threshold)
+    started = time.perf_counter()
+    result = ab.judge_in_turn(
+        ab.Checkout("baseline", root, commit=sha),
+        ab.Checkout("candidate", root, inject if slowdown else (), commit=sha),
+        pytest_args=common, workdir=folder, design=sequential.Design(alpha=options.alpha),
+        budget_s=budget_s, options=options, log=None)
+    wall = time.perf_counter() - started
+    by_name = {c.name: c for c in result.comparisons}
+    label = result.labels
+    log_sd = {}
+    for record in result.pairing["benchmarks"]:
+        d = sequential.log_ratios(record["baseline"], record["candidate"])
+        if d.size > 1:
+            log_sd[label[record["name"]]] = float(np.std(d, ddof=1))
+    outcome = PairedOutcome(
+        kind=kind, slowdown=slowdown, threshold=threshold, counts=result.counts,
+        flagged=[label[c.name] for c in result.comparisons if c.verdict is Verdict.REGRESSION],
+        ratios={label[k]: c.ratio for k, c in by_name.items()},
+        verdicts={label[k]: c.verdict.value for k, c in by_name.items()},
+        pairs={label[k]: c.n_pairs for k, c in by_name.items()}, wall_s=wall, log_sd=log_sd)
+    print(f"  {kind}: {gate.summary_line(result)}; {sum(outcome.pairs.values())} pairs in "
+          f"{wall:.0f} s; ratios " + ", ".join(f"{k} {v:.3f}" for k, v in outcome.ratios.items()),
+          flush=True)
+    return outcome
+
+
+def paired_table(outcomes: list[PairedOutcome], target_group: str) -> str:
+    def target(name: str) -> bool:
+        return name.startswith(f"test_{target_group}")
+
+    lines = ["| comparison | n | flag any regression | flag every target | flag a non-target | "
+             "target ratio: median [min, max] | non-target ratio: median | inconclusive | "
+             "wall s: median (max) | pairs per comparison: median (max) |",
+             "|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for kind in dict.fromkeys(o.kind for o in outcomes):
+        group = [o for o in outcomes if o.kind == kind]
+        tr = [r for o in group for k, r in o.ratios.items() if target(k)]
+        nr = [r for o in group for k, r in o.ratios.items() if not target(k)]
+        every = sum(bool(t := [k for k in o.ratios if target(k)]) and set(t) <= set(o.flagged)
+                    for o in group)
+        other = sum(any(not target(k) for k in o.flagged) for o in group)
+        anyreg = sum(bool(o.flagged) for o in group)
+        incon = sum(o.counts["inconclusive"] for o in group)
+        total = sum(sum(o.counts.values()) for o in group)
+        walls = [o.wall_s for o in group]
+        pairs = [sum(o.pairs.values()) for o in group]
+        lines.append(
+            f"| {kind} | {len(group)} | {anyreg}/{len(group)} | {every}/{len(group)} | "
+            f"{other}/{len(group)} | {_median(tr):.3f} [{min(tr):.3f}, {max(tr):.3f}] | "
+            f"{_median(nr):.3f} | {incon}/{total} | {_median(walls):.0f} ({max(walls):.0f}) | "
+            f"{_median(pairs):.0f} ({max(pairs)}) |")
+    flagged: dict[str, int] = {}
+    for o in outcomes:
+        for name in o.flagged:
+            flagged[f"{o.kind}: {name}"] = flagged.get(f"{o.kind}: {name}", 0) + 1
+    lines += ["", "Benchmarks flagged: " + (", ".join(f"{k} ({v})" for k, v in flagged.items())
+                                           or "none")]
+    aa = [o for o in outcomes if o.slowdown == 0]
+    if aa:
+        lines += ["", "A/A spread of pair log-ratios (sd, median over comparisons), and the "
+                  "pairs a 5% change needs against a 2% threshold at that spread (one look "
+                  "at alpha/K, 80% power):", "",
+                  "| benchmark | sd of log-ratio | pairs for 5% vs 2% |", "|:--|--:|--:|"]
+        from llmbench.gate import sequential
+
+        design = sequential.Design()
+        for name in dict.fromkeys(k for o in aa for k in o.log_sd):
+            sd = _median([o.log_sd[name] for o in aa if name in o.log_sd])
+            n = next((n for n in range(8, 2000)
+                      if sequential.power(1.05, sd, n, 0.02, design) >= 0.8), None)
+            lines.append(f"| {name} | {sd:.4f} | {n or '>2000'} |")
+    return "\n".join(lines)
+
+
+def run_paired_trials(root: Path, sha: str, out: Path, args: argparse.Namespace,
+                      common: list[str]) -> list[PairedOutcome]:
+    outcomes: list[PairedOutcome] = []
+    plan = parse_plan(args.plan)
+    for i in range(1, args.paired_trials + 1):
+        for kind, slowdown, threshold in plan:
+            print(f"paired: trial {i}/{args.paired_trials} ({kind})", flush=True)
+            folder = out / f"paired-{i:02d}-{kind.replace('%', 'pct').replace('@', '-at-')}"
+            outcomes.append(paired_trial(root, sha, folder, kind, slowdown, threshold, common,
+                                         args.budget))
+            _replace(out / "paired.json", json.dumps([o.__dict__ for o in outcomes], indent=1))
+            _replace(out / "paired.md", paired_table(outcomes, args.target_group) + "\n")
+    return outcomes
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
@@ -173,6 +306,13 @@ def main(argv: list[str] | None = None) -> int:
                              "profile's")
     parser.add_argument("--blocks", type=int, default=ab.DEFAULT_BLOCKS)
     parser.add_argument("--ab-rounds", type=int, default=ab.DEFAULT_ROUNDS)
+    parser.add_argument("--paired-trials", type=int, default=0,
+                        help="paired A/B rounds, each one comparison of every --plan kind")
+    parser.add_argument("--plan", default=PAIRED_PLAN,
+                        help="paired comparisons per round: aa or slowFACTOR, @threshold. "
+                             "Default: %(default)s")
+    parser.add_argument("--budget", type=float, default=ab.DEFAULT_BUDGET_S,
+                        help="seconds per paired comparison. Default: %(default)s")
     parser.add_argument("--slowdown", type=float, default=0.15)
     parser.add_argument("--target-group", default="decode",
                         help="the benchmark group slowed by the full factor. Default: decode")
@@ -222,6 +362,11 @@ def main(argv: list[str] | None = None) -> int:
                         workdir=out / f"ab-{kind}-{i:02d}", log=sys.stdout)
                     outcomes += judge(kind, base, cand, options, args.target_group, ("ab",))
                     save(out, outcomes, args)
+            if args.paired_trials:
+                paired = run_paired_trials(root, sha, out, args, common)
+                print(paired_table(paired, args.target_group))
+                if not outcomes:
+                    return 0
     except UserError as exc:
         print(f"gate_trials: error: {exc}", file=sys.stderr)
         return 2

@@ -249,7 +249,7 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
            on_interrupt=None) -> GateResult:
     """`llmbench ab REV`: REV's suite against the working tree's, paired round by round
     within `budget_s` (`pairing`), or with `blocks`, interleaved in blocks (this module)."""
-    from llmbench.gate import pairing, sequential  # pairing builds on this module
+    from llmbench.gate import sequential
 
     check_pytest_args(pytest_args)
     options = options or GateOptions()
@@ -278,23 +278,34 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
             print(f"llmbench ab: baseline {rev} ({sha[:8]}) in {source}; candidate: the "
                   f"working tree {root}; paired rounds, budget {budget_s:.0f} s, at most "
                   f"{design.max_pairs} pairs a benchmark", file=log)
-        paired = pairing.run_paired(
-            baseline, candidate, pytest_args=pytest_args, workdir=workdir, design=design,
-            budget_s=budget_s, log=log, on_interrupt=on_interrupt,
-            threshold_of=lambda nodeid, group, device: live_threshold(options, nodeid, group,
-                                                                      device))
-        base, cand = runs.load_run(paired.baseline), runs.load_run(paired.candidate)
-        for run, side in ((base, baseline), (cand, candidate)):
-            _check_commit(run, side)
-        for record in paired.pairing["benchmarks"]:  # the saved runs are the pairs, exactly
-            for run, side in ((base, "baseline"), (cand, "candidate")):
-                saved = run.benchmarks.get(record["name"])
-                if saved is None or list(saved.samples) != record[side]:
-                    raise ABError(f"{side} run {run.source} does not hold the rounds paired "
-                                  f"for {record['name']}")
-        result = compare_paired(base, cand, design, options)
-        # A benchmark one side lacks is in neither saved run: it was never paired.
-        only = paired.pairing["only"]
-        return dataclasses.replace(result, pairing=paired.pairing,
-                                   only_baseline=(*result.only_baseline, *only["baseline"]),
-                                   only_candidate=(*result.only_candidate, *only["candidate"]))
+        return judge_in_turn(baseline, candidate, pytest_args=pytest_args, workdir=workdir,
+                             design=design, budget_s=budget_s, options=options, log=log,
+                             on_interrupt=on_interrupt)
+
+
+def judge_in_turn(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence[str],
+                  workdir: Path, design, budget_s: float, options: GateOptions,
+                  log: TextIO | None = None, on_interrupt=None) -> GateResult:
+    """Pair two checkouts' suites round by round (`pairing`) and judge the pairs."""
+    from llmbench.gate import pairing
+
+    paired = pairing.run_paired(
+        baseline, candidate, pytest_args=pytest_args, workdir=workdir, design=design,
+        budget_s=budget_s, log=log, on_interrupt=on_interrupt,
+        threshold_of=lambda nodeid, group, device: live_threshold(options, nodeid, group,
+                                                                  device))
+    base, cand = runs.load_run(paired.baseline), runs.load_run(paired.candidate)
+    for run, side in ((base, baseline), (cand, candidate)):
+        _check_commit(run, side)
+    for record in paired.pairing["benchmarks"]:  # the saved runs are the pairs, exactly
+        for run, side in ((base, "baseline"), (cand, "candidate")):
+            saved = run.benchmarks.get(record["name"])
+            if saved is None or list(saved.samples) != record[side]:
+                raise ABError(f"{side} run {run.source} does not hold the rounds paired "
+                              f"for {record['name']}")
+    result = compare_paired(base, cand, design, options)
+    # A benchmark one side lacks is in neither saved run: it was never paired.
+    only = paired.pairing["only"]
+    return dataclasses.replace(result, pairing=paired.pairing,
+                               only_baseline=(*result.only_baseline, *only["baseline"]),
+                               only_candidate=(*result.only_candidate, *only["candidate"]))
