@@ -277,11 +277,16 @@ def paired_table(outcomes: list[PairedOutcome], target_group: str) -> str:
 
 def run_paired_trials(root: Path, sha: str, out: Path, args: argparse.Namespace,
                       common: list[str]) -> list[PairedOutcome]:
-    outcomes: list[PairedOutcome] = []
+    # An --out that holds earlier paired trials is continued: an afternoon is rarely enough.
+    kept = out / "paired.json"
+    outcomes = [PairedOutcome(**o) for o in json.loads(kept.read_text())] if kept.exists() else []
     plan = parse_plan(args.plan)
-    for i in range(1, args.paired_trials + 1):
+    first = 1 + max((int(p.name.split("-")[1]) for p in out.glob("paired-[0-9][0-9]-*")),
+                    default=0)
+    for i in range(first, first + args.paired_trials):
         for kind, slowdown, threshold in plan:
-            print(f"paired: trial {i}/{args.paired_trials} ({kind})", flush=True)
+            print(f"paired: trial {i} of {first}-{first + args.paired_trials - 1} ({kind})",
+                  flush=True)
             folder = out / f"paired-{i:02d}-{kind.replace('%', 'pct').replace('@', '-at-')}"
             outcomes.append(paired_trial(root, sha, folder, kind, slowdown, threshold, common,
                                          args.budget))
