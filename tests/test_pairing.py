@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from gate_runs import REPO, TINY_ARGS
 
-from llmbench import gate
+from llmbench import gate, runs
 from llmbench.errors import EXIT_USAGE
 from llmbench.gate import ab, pair_worker, pairing
 from llmbench.gate.stats import Verdict
@@ -144,11 +144,19 @@ def test_a_slower_working_tree_is_a_regression_judged_on_pairs(fake_repo, tmp_pa
     (record,) = json.loads((keep / "pairing.json").read_text())["benchmarks"]
     assert record["stopped"] == "regression" and len(record["candidate"]) == 8
     assert _worktrees(fake_repo) == 1
+    # `compare` on the kept runs knows them for the two sides of one pairing: same verdicts.
+    base, cand = (runs.load_run(p) for p in sorted(keep.glob("*/*/*.json")))
+    again = gate.compare_runs(base, cand)
+    assert [(c.verdict, c.ratio, c.n_pairs) for c in again.comparisons] == [
+        (c.verdict, c.ratio, c.n_pairs) for c in result.comparisons]
+    unpaired = gate.compare_runs(cand, base)  # the wrong way round: not a pairing, ranks
+    assert unpaired.comparisons[0].unit == "rounds"
 
 
 def test_turns_never_overlap_and_alternate_abba(fake_repo, tmp_path):
+    # Undecidable, so all 12 pairs run: a 0.001% threshold, and an alpha no 12 pairs can pass.
     result = ab.run_ab("HEAD", repo=fake_repo, budget_s=120, max_pairs=12,
-                       options=gate.GateOptions(threshold=0.001))  # undecidable: all 12 pairs
+                       options=gate.GateOptions(threshold=0.00001, alpha=1e-9))
     (comparison,) = result.comparisons
     assert comparison.n_pairs == 12 and comparison.verdict is Verdict.INCONCLUSIVE
     rounds = sorted(_trace(tmp_path), key=lambda row: row[2])
@@ -195,7 +203,7 @@ def test_ctrl_c_ends_both_workers_removes_the_worktree_and_prints_what_was_decid
         fake_repo, tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [LLMBENCH, "ab", "HEAD", "--threshold", "0.1%",
+        [LLMBENCH, "ab", "HEAD", "--threshold", "0.001%", "--alpha", "1e-9",
          "--max-pairs", "10000"], cwd=fake_repo, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     trace = tmp_path / "trace.txt"
@@ -216,7 +224,7 @@ def test_ctrl_c_ends_both_workers_removes_the_worktree_and_prints_what_was_decid
 
 def test_a_short_budget_leaves_a_benchmark_inconclusive_with_the_pairs_it_needs(fake_repo):
     result = ab.run_ab("HEAD", repo=fake_repo, budget_s=1, max_pairs=1000,
-                       options=gate.GateOptions(threshold=0.001))
+                       options=gate.GateOptions(threshold=0.00001, alpha=1e-9))
     (comparison,) = result.comparisons
     assert comparison.verdict is Verdict.INCONCLUSIVE
     assert comparison.rounds_needed is not None and comparison.rounds_needed > 0

@@ -190,8 +190,16 @@ def _result(baseline: Run, candidate: Run, options: GateOptions, common: Sequenc
 
 def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = None
                  ) -> GateResult:
-    """Judge every benchmark the two runs share; `UserError` when they cannot be compared."""
+    """Judge every benchmark the two runs share; `UserError` when they cannot be compared.
+    The two sides of one paired A/B (`llmbench ab --keep`) are judged on their pairs, as
+    `ab` judged them, unless --normalize asks for the unpaired rule."""
     options = options or GateOptions()
+    if baseline.paired_with(candidate) and not options.normalize:
+        recorded = baseline.pairing.get("design") or {}
+        design = sequential.Design(
+            alpha=options.alpha,
+            max_pairs=int(recorded.get("max_pairs") or sequential.DEFAULT_MAX_PAIRS))
+        return compare_paired(baseline, candidate, design, options)
     common, thresholds, mismatches = _common_and_thresholds(baseline, candidate, options)
     rule = stats.Rule(threshold=options.threshold or max(thresholds.values()),
                       alpha=options.alpha)

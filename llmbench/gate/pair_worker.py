@@ -34,6 +34,7 @@ import pytest
 ADDRESS_ENV = "LLMBENCH_PAIR_ADDRESS"  # the coordinator's Unix socket
 SIDE_ENV = "LLMBENCH_PAIR_SIDE"  # "baseline" or "candidate"
 SESSION_ENV = "LLMBENCH_PAIR_SESSION"  # one id for both sides of one comparison
+DESIGN_ENV = "LLMBENCH_PAIR_DESIGN"  # JSON: the sequential design's alpha and max_pairs
 MODULE_NAME = "llmbench_pair_worker"  # the name the coordinator loads this file under
 
 
@@ -177,7 +178,8 @@ def pytest_benchmark_update_json(config, benchmarks, output_json: dict) -> None:
     """Record in the saved run that its rounds were taken in turn with another run's."""
     output_json["llmbench_pairing"] = {"side": os.environ.get(SIDE_ENV),
                                        "session": os.environ.get(SESSION_ENV),
-                                       "order": "ABBA by pair", "unit": "pairs"}
+                                       "order": "ABBA by pair", "unit": "pairs",
+                                       "design": json.loads(os.environ.get(DESIGN_ENV, "null"))}
 
 
 @pytest.hookimpl(trylast=True)

@@ -308,11 +308,13 @@ def worker_module_dir(parent: Path) -> Path:
 
 
 def _start(side: Checkout, args: Sequence[str], out: Path, plugin_dir: Path, address: str,
-           session: str, log_dir: Path) -> Worker:
+           session: str, design: sequential.Design, log_dir: Path) -> Worker:
     env = side_env(side)
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(plugin_dir)])
     env.update({pair_worker.ADDRESS_ENV: address, pair_worker.SIDE_ENV: side.name,
-                pair_worker.SESSION_ENV: session})
+                pair_worker.SESSION_ENV: session,
+                pair_worker.DESIGN_ENV: json.dumps({"alpha": design.alpha,
+                                                    "max_pairs": design.max_pairs})})
     cmd = [sys.executable, "-m", "pytest", "--benchmark-only", "-q", "-p", "no:cacheprovider",
            "-p", pair_worker.MODULE_NAME, f"--baseline-dir={out}", *args, *side.extra_args]
     log_path = log_dir / f"{side.name}.log"
@@ -383,7 +385,7 @@ def run_paired(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence
             out = workdir / side.name
             out.mkdir(parents=True, exist_ok=True)
             workers[side.name] = _start(side, pytest_args, out, plugin_dir, address, session,
-                                        workdir)
+                                        design, workdir)
             stack.callback(_end, workers[side.name])
         coordinator = Coordinator(workers, design, budget_s, threshold_of, progress)
         try:

@@ -148,6 +148,14 @@ class Run:
     commit_info: Mapping = field(default_factory=dict)
     datetime: str | None = None
     path: Path | None = None
+    pairing: Mapping | None = None  # `llmbench ab`: this run's rounds alternated with another's
+
+    def paired_with(self, other: Run) -> bool:
+        """Whether the two runs are the two sides of one paired A/B, this one the baseline:
+        round i of each benchmark then pairs with round i of the other run."""
+        a, b = self.pairing or {}, other.pairing or {}
+        return (bool(a.get("session")) and a.get("session") == b.get("session")
+                and (a.get("side"), b.get("side")) == ("baseline", "candidate"))
 
     @property
     def device(self) -> str | None:
@@ -242,7 +250,8 @@ def run_from_json(data, source: str, *, path: Path | None = None, samples: bool 
                environment=dict(environment) if isinstance(environment, dict) else None,
                control_s=tuple(float(x) for x in control), info=section,
                commit_info=dict(data.get("commit_info") or {}), datetime=data.get("datetime"),
-               path=path)
+               path=path, pairing=data.get("llmbench_pairing")
+               if isinstance(data.get("llmbench_pairing"), dict) else None)
 
 
 def is_same_run(a: Run, b: Run) -> bool:
