@@ -133,8 +133,8 @@ def test_a_slower_working_tree_is_a_regression_judged_on_pairs(fake_repo, tmp_pa
     assert comparison.baseline_median == pytest.approx(0.01, rel=0.3)
     assert comparison.candidate_median == pytest.approx(0.02, rel=0.3)
     assert comparison.verdict is Verdict.REGRESSION and result.exit_code == 1
-    assert comparison.unit == "pairs" and comparison.n_pairs == result.design.looks[0]
-    # Decided at the first look, so no more pairs than that were spent.
+    # Decided at the first look a signed-rank p can pass (12 pairs), and no more pairs spent.
+    assert comparison.unit == "pairs" and comparison.n_pairs == result.design.looks[1] == 12
     assert comparison.n_baseline == comparison.n_candidate == comparison.n_pairs
     assert "judged on pairs of rounds taken in turn" in gate.render(result, "text")
     # The saved runs are ordinary runs that record the pairing, beside every pair.
@@ -142,7 +142,7 @@ def test_a_slower_working_tree_is_a_regression_judged_on_pairs(fake_repo, tmp_pa
     assert [s["llmbench_pairing"]["side"] for s in saved] == ["baseline", "candidate"]
     assert saved[0]["llmbench_pairing"]["session"] == saved[1]["llmbench_pairing"]["session"]
     (record,) = json.loads((keep / "pairing.json").read_text())["benchmarks"]
-    assert record["stopped"] == "regression" and len(record["candidate"]) == 8
+    assert record["stopped"] == "regression" and len(record["candidate"]) == 12
     assert _worktrees(fake_repo) == 1
     # `compare` on the kept runs knows them for the two sides of one pairing: same verdicts.
     base, cand = (runs.load_run(p) for p in sorted(keep.glob("*/*/*.json")))

@@ -67,7 +67,10 @@ def header_lines(result: GateResult) -> list[str]:
         lines.append("ENVIRONMENT MISMATCH (allowed by --allow-mismatch): "
                      + "; ".join(result.mismatches))
     s = result.speed
-    if s is None:
+    if result.design is not None:
+        lines.append("machine speed: shared by both rounds of each pair, so no control is "
+                     "needed")
+    elif s is None:
         lines.append("machine speed: unknown (no control samples in a run)")
     else:
         state = ("divided out (--normalize)" if result.options.normalize
@@ -83,7 +86,7 @@ def header_lines(result: GateResult) -> list[str]:
     if paired:
         used = sorted(c.n_pairs for c in paired)
         lines.append(f"judged on pairs of rounds taken in turn ({used[0]}-{used[-1]} pairs a "
-                     f"benchmark, {sum(used)} in all): paired t on log-ratios, "
+                     f"benchmark, {sum(used)} in all): signed-rank test on log-ratios, "
                      f"{result.sequential}")
     o = result.options
     thresholds = sorted({c.threshold for c in result.comparisons})

@@ -4,9 +4,13 @@ Each observation is a *pair*: one round of the baseline and one of the candidate
 seconds apart in turn, so that the machine's slow drift (the noise that separates runs
 minutes apart) falls on both alike. A benchmark is judged on its pairs' log-ratios
 d = ln(candidate) - ln(baseline): the ratio is exp(mean d), the geometric mean of the pair
-ratios, and the test is Student's t on d (H0: mean 0). Under A/A the two sides are
-exchangeable, so d is symmetric about 0, where the t test holds up well even with the heavy
-tails that timings have.
+ratios: the ratio is exp of their Hodges-Lehmann centre (the median of the Walsh averages,
+(d_i + d_j) / 2), and the test is Wilcoxon's signed-rank test (H0: d symmetric about 0),
+exact up to 150 pairs. Under A/A the two sides are exchangeable, so d *is* symmetric about
+0: the test's level then holds exactly, at any number of pairs, whatever the shape of the
+noise. Its interval (Walsh averages between the critical ranks) is distribution-free too.
+Ranks, not means: one descheduled round (a log-ratio of 1.4, i.e. 4x, is seen on a busy
+2-core VM) widens a t interval past any use, while it moves a rank by one place.
 
 Sequential, with a budget: pairs are added to one benchmark until it is decided, and it is
 looked at only at a fixed schedule of pair counts, the *looks* (`Design.looks`: 8, 12, 18,
@@ -18,7 +22,7 @@ looks,
 * the sequential p-value P_j = min(1, K * min(p_1..p_j)) is valid at whichever look the
   benchmark stops (P(P <= a) <= a under H0, for any stopping rule that stops at looks,
   budget or decisions included);
-* the t interval at confidence 1 - 2 * alpha / K is a confidence sequence over the looks:
+* the interval at confidence 1 - 2 * alpha / K is a confidence sequence over the looks:
   each of its bounds is wrong at any look with probability <= alpha.
 
 It is conservative (the looks are correlated; Pocock's boundary would be a little lower),
@@ -26,8 +30,8 @@ in exchange for a guarantee that needs no numerical integration and no assumptio
 when the budget runs out. The verdicts are `compare`'s, on these P and intervals, with Holm
 over the benchmarks of the run:
 
-* regression:   Holm-significant, mean d > 0, whole interval above 1 + delta;
-* improvement:  Holm-significant, mean d < 0, whole interval below 1 / (1 + delta);
+* regression:   Holm-significant, centre > 0, whole interval above 1 + delta;
+* improvement:  Holm-significant, centre < 0, whole interval below 1 / (1 + delta);
 * unchanged:    whole interval inside [1 / (1 + delta), 1 + delta];
 * inconclusive: anything else, with the pairs that should decide it (`pairs_needed`).
 
@@ -51,7 +55,7 @@ from scipy import stats as scipy_stats
 from llmbench.gate.stats import MAX_ROUNDS_NEEDED, Comparison, Verdict, holm
 
 DEFAULT_MAX_PAIRS = 120
-FIRST_LOOK = 8  # fewer pairs say little about the spread that the t interval rests on
+FIRST_LOOK = 8  # the fewest pairs whose signed-rank interval is finite at alpha / K
 LOOK_GROWTH = 1.5  # each look ~1.5x the pairs of the one before
 
 
@@ -92,9 +96,72 @@ class Design:
         return next((k for k in self.looks if k > n), None)
 
 
-@functools.lru_cache(maxsize=4096)
-def _t_quantile(q: float, dof: int) -> float:
-    return float(scipy_stats.t.ppf(q, dof))
+EXACT_UP_TO = 150  # pairs; beyond, the signed-rank statistic is taken as normal
+_ARE = 3 / math.pi  # efficiency of the signed-rank test against t on normal data
+
+
+@functools.lru_cache(maxsize=256)
+def _signed_rank_cdf(n: int) -> np.ndarray:
+    """P(W+ <= w) for w = 0 .. n(n+1)/2: the exact null distribution of the signed-rank
+    statistic of n pairs, each rank's sign a fair coin (counted by dynamic programming)."""
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1.0
+    for rank in range(1, n + 1):
+        counts[rank:] = counts[rank:] + counts[:-rank]  # the right side is the old counts
+    return np.cumsum(counts) / 2.0 ** n
+
+
+def _lower_cdf(n: int, w: float) -> float:
+    """P(W+ <= w) under H0 (symmetry about 0)."""
+    if n <= EXACT_UP_TO:
+        return float(_signed_rank_cdf(n)[int(math.floor(w + 1e-9))])
+    mean, sd = n * (n + 1) / 4, math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+    return float(special.ndtr((w + 0.5 - mean) / sd))
+
+
+def _critical_count(n: int, a: float) -> int:
+    """c: how many of the smallest values of W+ have P(W+ <= w) <= a. The interval between
+    the c-th smallest and c-th largest Walsh averages then misses the centre on each side
+    with probability <= a (none when c == 0: too few pairs for that level)."""
+    if n <= EXACT_UP_TO:
+        return int(np.searchsorted(_signed_rank_cdf(n), a, side="right"))
+    mean, sd = n * (n + 1) / 4, math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+    return max(0, int(math.floor(mean + special.ndtri(a) * sd - 0.5)) + 1)
+
+
+def _signed_rank_p(d: np.ndarray) -> float:
+    """Two-sided p of Wilcoxon's signed-rank test that d is symmetric about 0."""
+    n = d.size
+    magnitude = np.abs(d)
+    if not magnitude.any():
+        return 1.0
+    if np.unique(magnitude).size == n:
+        ranks = np.empty(n)
+        ranks[np.argsort(magnitude)] = np.arange(1, n + 1)
+    else:  # midranks; ties are rare in timings
+        ranks = scipy_stats.rankdata(magnitude)
+    w_plus = float(ranks[d > 0].sum() + ranks[d == 0].sum() / 2)
+    total = n * (n + 1) / 2
+    return min(1.0, 2 * min(_lower_cdf(n, w_plus), _lower_cdf(n, total - w_plus)))
+
+
+def _walsh_interval(d: np.ndarray, a: float) -> tuple[float, float, float]:
+    """(Hodges-Lehmann centre, CI low, CI high) in log units: the median of the Walsh
+    averages (d_i + d_j) / 2, i <= j, and the interval between the c-th smallest and c-th
+    largest of them, at confidence 1 - 2a."""
+    n = d.size
+    walsh = np.sort((d[:, None] + d[None, :])[np.triu_indices(n)] / 2)
+    centre = float(np.median(walsh))
+    c = _critical_count(n, a)
+    if c == 0:
+        return centre, -math.inf, math.inf
+    return centre, float(walsh[c - 1]), float(walsh[walsh.size - c])
+
+
+def _signed_rank(d: np.ndarray, a: float) -> tuple[float, float, float, float]:
+    """(centre, two-sided p, CI low, CI high) in log units, for the log-ratios d."""
+    centre, low, high = _walsh_interval(d, a)
+    return centre, _signed_rank_p(d), low, high
 
 
 @dataclass(frozen=True)
@@ -102,15 +169,15 @@ class PairedEstimate:
     """One benchmark's pairs, judged at their last look."""
 
     n: int  # pairs used: the last look reached (pairs past it wait for the next look)
-    mean: float  # mean log-ratio
-    sd: float  # standard deviation of the log-ratios
-    p_value: float  # sequential: K * the smallest two-sided t p-value over the looks so far
+    centre: float  # Hodges-Lehmann estimate of the log-ratio (median of Walsh averages)
+    scale: float  # robust spread of the log-ratios: 1.4826 * their median absolute deviation
+    p_value: float  # sequential: K * the smallest two-sided signed-rank p over the looks
     ci_low: float  # ratio bounds at confidence 1 - 2 * alpha / K
     ci_high: float
 
     @property
     def ratio(self) -> float:
-        return math.exp(self.mean)
+        return math.exp(self.centre)
 
 
 def log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> np.ndarray:
@@ -124,40 +191,30 @@ def log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> np.ndar
     return np.log(c) - np.log(b)
 
 
-def _t_test(d: np.ndarray, design: Design) -> tuple[float, float, float, float]:
-    """(mean, sd, two-sided p, CI half-width in log units) of the pairs d at one look."""
-    n, mean = d.size, float(d.mean())
-    sd = float(d.std(ddof=1))
-    if sd == 0:  # synthetic data with no spread: the limit of the t test
-        return mean, 0.0, (1.0 if mean == 0 else 0.0), 0.0
-    t = mean / (sd / math.sqrt(n))
-    p = float(2 * special.stdtr(n - 1, -abs(t)))  # t.sf's value, without its overhead
-    half = _t_quantile(1 - design.look_alpha, n - 1) * sd / math.sqrt(n)
-    return mean, sd, p, half
-
-
 def estimate(d: Sequence[float], design: Design) -> PairedEstimate | None:
     """The judgement of log-ratios `d` at the last look they reach; None before the first."""
     d = np.asarray(d, float)
     reached = [k for k in design.looks if k <= d.size]
     if not reached:
         return None
-    smallest_p = 1.0
-    for k in reached:  # the sequential p is the smallest p of every look made so far
-        mean, sd, p, half = _t_test(d[:k], design)
-        smallest_p = min(smallest_p, p)
-    return PairedEstimate(n=reached[-1], mean=mean, sd=sd,
+    # The sequential p is the smallest p of every look made so far; the interval is the
+    # last look's.
+    smallest_p = min(_signed_rank_p(d[:k]) for k in reached)
+    last = d[:reached[-1]]
+    centre, low, high = _walsh_interval(last, design.look_alpha)
+    scale = 1.4826 * float(np.median(np.abs(last - np.median(last))))
+    return PairedEstimate(n=reached[-1], centre=centre, scale=scale,
                           p_value=min(1.0, len(design.looks) * smallest_p),
-                          ci_low=math.exp(mean - half), ci_high=math.exp(mean + half))
+                          ci_low=math.exp(low), ci_high=math.exp(high))
 
 
 def verdict(est: PairedEstimate, threshold: float, p_adjusted: float, alpha: float) -> Verdict:
     """The verdict words of `compare`, on a paired estimate and its Holm-adjusted P."""
     upper, lower = 1 + threshold, 1 / (1 + threshold)
     significant = p_adjusted <= alpha
-    if significant and est.mean > 0 and est.ci_low > upper:
+    if significant and est.centre > 0 and est.ci_low > upper:
         return Verdict.REGRESSION
-    if significant and est.mean < 0 and est.ci_high < lower:
+    if significant and est.centre < 0 and est.ci_high < lower:
         return Verdict.IMPROVEMENT
     if lower <= est.ci_low and est.ci_high <= upper:
         return Verdict.UNCHANGED
@@ -177,26 +234,27 @@ def stop_decision(d: Sequence[float], design: Design, threshold: float, m: int
 
 
 def pairs_needed(est: PairedEstimate, design: Design, threshold: float) -> int:
-    """The look at which, at the spread seen so far, the interval should clear the nearest
-    decision boundary (ln(1 + delta) either side); MAX_ROUNDS_NEEDED when it sits on it."""
-    gap = abs(abs(est.mean) - math.log1p(threshold))
-    if est.sd == 0:
+    """The pairs at which, at the spread seen so far, the interval should clear the nearest
+    decision boundary (ln(1 + delta) either side): the large-sample width of the
+    signed-rank interval, z * scale / sqrt(n * 3/pi). MAX_ROUNDS_NEEDED when it sits on it."""
+    gap = abs(abs(est.centre) - math.log1p(threshold))
+    if est.scale == 0:
         return design.next_look(est.n) or est.n + 1
     if gap == 0:
         return MAX_ROUNDS_NEEDED
-    q = 1 - design.look_alpha
-    n = max(est.n + 1, math.ceil((scipy_stats.norm.ppf(q) * est.sd / gap) ** 2))
-    while n < MAX_ROUNDS_NEEDED and _t_quantile(q, n - 1) * est.sd / math.sqrt(n) >= gap:
-        n += 1
-    return min(MAX_ROUNDS_NEEDED, n)
+    z = float(special.ndtri(1 - design.look_alpha))
+    n = math.ceil((z * est.scale / gap) ** 2 / _ARE)
+    return min(MAX_ROUNDS_NEEDED, max(est.n + 1, n))
 
 
 def power(effect: float, sd: float, n: int, threshold: float, design: Design) -> float:
-    """Closed form: the chance that the look at n pairs alone calls a true ratio `effect`
-    (> 1 + threshold) a regression, by its interval's lower bound (non-central t). The
-    sequential design's power is at least this: it can also stop at an earlier look."""
-    shift = (math.log(effect) - math.log1p(threshold)) * math.sqrt(n) / sd
-    return float(scipy_stats.nct.sf(_t_quantile(1 - design.look_alpha, n - 1), n - 1, shift))
+    """Closed form (large-sample): the chance that the look at n pairs alone calls a true
+    ratio `effect` (> 1 + threshold) a regression by its interval's lower bound, for normal
+    log-ratios of standard deviation `sd`. The signed-rank interval is as wide as a t
+    interval on n * 3/pi pairs. The sequential design's power is at least this: it can also
+    stop at an earlier look."""
+    shift = (math.log(effect) - math.log1p(threshold)) * math.sqrt(n * _ARE) / sd
+    return float(special.ndtr(shift - special.ndtri(1 - design.look_alpha)))
 
 
 def judge_family(pairs: Mapping[str, tuple[Sequence[float], Sequence[float]]],
