@@ -202,11 +202,13 @@ def paired_trial(root: Path, sha: str, folder: Path, kind: str, slowdown: float,
     inject = ("-p", "llmbench.bench.inject", f"--slow-down=decode_step={slowdown}")
     options = gate.GateOptions(threshold=threshold)
     started = time.perf_counter()
-    result = ab.judge_in_turn(
-        ab.Checkout("baseline", root, commit=sha),
-        ab.Checkout("candidate", root, inject if slowdown else (), commit=sha),
-        pytest_args=common, workdir=folder, design=sequential.Design(alpha=options.alpha),
-        budget_s=budget_s, options=options, log=None)
+    folder.mkdir(parents=True)
+    with open(folder / "progress.log", "w") as progress:
+        result = ab.judge_in_turn(
+            ab.Checkout("baseline", root, commit=sha),
+            ab.Checkout("candidate", root, inject if slowdown else (), commit=sha),
+            pytest_args=common, workdir=folder, design=sequential.Design(alpha=options.alpha),
+            budget_s=budget_s, options=options, log=progress)
     wall = time.perf_counter() - started
     by_name = {c.name: c for c in result.comparisons}
     label = result.labels
