@@ -232,6 +232,8 @@ class Coordinator:
             if all(r[0] == "finished" for r in requests.values()):
                 return
             rounds = {name: r[1] for name, r in requests.items() if r[0] == "round"}
+            if not rounds:
+                raise SideFailed(f"the sides are out of step: {requests}")
             if len(rounds) == 2 and rounds["baseline"] == rounds["candidate"]:
                 self.pair(rounds["baseline"], base.request[2],
                           remaining=len(common) - order.get(rounds["baseline"], 0))
