@@ -77,7 +77,7 @@ def test_markdown_format(capsys, base, tmp_path):
     cand = write_run(tmp_path / "cand.json", make_run(2))
     code, out, _ = compare(capsys, str(base), str(cand), "--format", "markdown")
     assert code == EXIT_OK
-    assert "| benchmark | baseline | candidate | ratio | CI | p adj | verdict |" in out
+    assert "| benchmark | baseline | candidate | ratio | CI | p adj | work | verdict |" in out
 
 
 def test_fail_on_inconclusive(capsys, tmp_path):

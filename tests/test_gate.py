@@ -194,7 +194,7 @@ def test_renderings_carry_the_same_verdicts():
     assert text[-1] == gate.summary_line(result)
     header = next(i for i, line in enumerate(text) if line.startswith("benchmark "))
     assert text[header].split() == ["benchmark", "baseline", "candidate", "ratio", "CI", "p",
-                                    "adj", "verdict"]
+                                    "adj", "work", "verdict"]
     assert [line.split()[-1] for line in text[header + 2:header + 6]] == [
         "unchanged", "unchanged", "regression", "regression"]
     markdown = gate.render(result, "markdown")

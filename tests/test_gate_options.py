@@ -44,10 +44,12 @@ def test_defaults_parse_to_the_default_options():
 def test_every_flag_reaches_gate_options():
     args = _parser().parse_args(["--threshold", "20%", "--threshold-for", "decode=5%",
                                  "--threshold-for", "prefill=0.3", "--alpha", "0.01",
-                                 "--normalize", "--allow-mismatch", "--fail-on-inconclusive"])
+                                 "--normalize", "--allow-mismatch", "--fail-on-inconclusive",
+                                 "--work-threshold", "0", "--no-work-gate"])
     assert options.gate_options(vars(args)) == GateOptions(
         threshold=0.2, threshold_for={"decode": 0.05, "prefill": 0.3}, alpha=0.01,
-        normalize=True, allow_mismatch=True, fail_on_inconclusive=True)
+        normalize=True, allow_mismatch=True, fail_on_inconclusive=True, work_threshold=0.0,
+        work_gate=False)
 
 
 def test_a_front_end_without_a_flag_gets_its_default():
@@ -60,6 +62,8 @@ def test_a_front_end_without_a_flag_gets_its_default():
     (["--alpha", "x"], "expected a number in (0, 0.5), got 'x'"),
     (["--threshold", "10"], "'10' is ambiguous"),
     (["--threshold-for", "decode"], "expected GROUP_OR_BENCHMARK=PCT"),
+    (["--work-threshold", "-1%"], "work threshold must be >= 0, got '-1%'"),
+    (["--work-threshold", "2"], "'2' is ambiguous"),
 ])
 def test_bad_values_are_refused_with_the_flag_and_the_fix(argv, message):
     with pytest.raises(argparse.ArgumentError) as raised:

@@ -5,6 +5,8 @@ the gate reads no file), checks that they are comparable (environment, benchmark
 common), resolves each benchmark's threshold, measures the machine-speed ratio from the
 control samples, and hands the raw samples to `stats.compare_family`. `render` turns the
 result into text, markdown or JSON; `GateResult.exit_code` is what the CLI and pytest report.
+Beside the timings, each benchmark's counted work is compared exactly (`llmbench.gate.work`):
+more work than the work threshold fails the gate whatever the timing verdict.
 
 Inconclusive verdicts are never a silent pass: every renderer shows them in the table and
 counts them in the summary line, with the rounds per side that would decide them. By
@@ -21,6 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import llmbench.gate.work as counted_work
 from llmbench.errors import EXIT_OK, EXIT_REGRESSION, UserError
 from llmbench.gate import sequential, stats
 from llmbench.runs.environment import (
@@ -57,6 +60,19 @@ def parse_fraction(text: str) -> float:
     return value
 
 
+def parse_work_threshold(text: str) -> float:
+    """Like `parse_fraction`, but 0 is allowed: any growth of counted work then fails."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise ValueError(f"expected a percentage like 1% or a fraction like 0.01, "
+                         f"got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"work threshold must be >= 0, got {text!r}")
+    return 0.0 if value == 0 else parse_fraction(text)
+
+
 def parse_threshold_for(text: str) -> tuple[str, float]:
     """'GROUP_OR_BENCHMARK=PCT' -> (key, fraction)."""
     key, sep, pct = text.rpartition("=")
@@ -75,10 +91,15 @@ class GateOptions:
     normalize: bool = False
     allow_mismatch: bool = False
     fail_on_inconclusive: bool = False
+    # Counted work that grows beyond work_threshold fails the gate, unless not work_gate.
+    work_threshold: float = counted_work.DEFAULT_WORK_THRESHOLD
+    work_gate: bool = True
 
     def __post_init__(self) -> None:
         stats.Rule(alpha=self.alpha)  # validates alpha with the rule's own message
         stats.ThresholdOverrides(groups=dict(self.threshold_for), run=self.threshold)
+        if not (math.isfinite(self.work_threshold) and self.work_threshold >= 0):
+            raise ValueError(f"work threshold must be >= 0, got {self.work_threshold!r}")
 
 
 @dataclass(frozen=True)
@@ -95,6 +116,19 @@ class GateResult:
     only_candidate: tuple[str, ...] = ()
     design: sequential.Design | None = None  # paired A/B: the looks its verdicts were taken at
     pairing: Mapping | None = None  # paired A/B: every pair and why each benchmark stopped
+    work: tuple[counted_work.WorkFinding, ...] = ()  # counted work, benchmark by benchmark
+
+    @property
+    def work_versions(self) -> list[str]:
+        """Version differences that change what is counted: work then cannot fail the gate."""
+        return counted_work.versions_differ(self.versions)
+
+    @property
+    def work_regressions(self) -> list[counted_work.WorkFinding]:
+        """The findings of more work that fail the gate."""
+        if not self.options.work_gate or self.work_versions:
+            return []
+        return [f for f in self.work if f.is_regression]
 
     @property
     def sequential(self) -> str:
@@ -115,8 +149,8 @@ class GateResult:
     @property
     def exit_code(self) -> int:
         counts = self.counts
-        failing = counts["regression"] or (self.options.fail_on_inconclusive
-                                           and counts["inconclusive"])
+        failing = (counts["regression"] or self.work_regressions
+                   or (self.options.fail_on_inconclusive and counts["inconclusive"]))
         return EXIT_REGRESSION if failing else EXIT_OK
 
     @property
@@ -185,7 +219,10 @@ def _result(baseline: Run, candidate: Run, options: GateOptions, common: Sequenc
         versions=version_differences(baseline.environment, candidate.environment),
         only_baseline=tuple(k for k in baseline.benchmarks if k not in candidate.benchmarks),
         only_candidate=tuple(k for k in candidate.benchmarks if k not in baseline.benchmarks),
-        design=design)
+        design=design,
+        work=counted_work.judge_all(
+            common, {k: baseline.benchmarks[k].extra_info for k in common},
+            {k: candidate.benchmarks[k].extra_info for k in common}, options.work_threshold))
 
 
 def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = None

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmbench.argtypes import number, parsed_by
-from llmbench.gate.compare import DEFAULT_ALPHA, GateOptions, parse_fraction, parse_threshold_for
+from llmbench.gate.compare import (
+    DEFAULT_ALPHA,
+    GateOptions,
+    parse_fraction,
+    parse_threshold_for,
+    parse_work_threshold,
+)
+from llmbench.gate.work import DEFAULT_WORK_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -25,11 +32,12 @@ class Flag:
     default: Any = None
     metavar: str | None = None
     type: Callable[[str], Any] | None = None
-    action: str | None = None  # "store_true", "append"
+    action: str | None = None  # "store_true", "store_false", "append"
+    field: str | None = None  # the GateOptions field it sets; None: named after the flag
 
     @property
     def dest(self) -> str:
-        return self.name.removeprefix("--").replace("-", "_")
+        return self.field or self.name.removeprefix("--").replace("-", "_")
 
     def arguments(self, help_prefix: str = "") -> dict[str, Any]:
         keywords = {"help": help_prefix + self.help, "default": self.default, "dest": self.dest}
@@ -62,9 +70,18 @@ FAIL_ON_INCONCLUSIVE = Flag(
     "--fail-on-inconclusive", default=False, action="store_true",
     help="fail (exit 1) when a benchmark is inconclusive, not only on a regression. "
          "Default: %(default)r")
+WORK_THRESHOLD = Flag(
+    "--work-threshold", default=DEFAULT_WORK_THRESHOLD, metavar="PCT",
+    type=parsed_by(parse_work_threshold, "pct"),
+    help="counted work (FLOPs, bytes or aten ops of a case) that grows by more than this fails "
+         "the gate, exactly, whatever the timing says; 0 fails on any growth. Default: 1%%")
+NO_WORK_GATE = Flag(
+    "--no-work-gate", default=True, action="store_false", field="work_gate",
+    help="report counted-work findings without failing on them. Default: work can fail")
 
 # Every flag that shapes GateOptions, in the order --help lists them.
-FLAGS = (THRESHOLD, THRESHOLD_FOR, ALPHA, NORMALIZE, ALLOW_MISMATCH, FAIL_ON_INCONCLUSIVE)
+FLAGS = (THRESHOLD, THRESHOLD_FOR, ALPHA, NORMALIZE, ALLOW_MISMATCH, FAIL_ON_INCONCLUSIVE,
+         WORK_THRESHOLD, NO_WORK_GATE)
 
 # pytest only: where the suite's gate looks for its baseline.
 COMPARE_TO = Flag(

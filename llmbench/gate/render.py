@@ -11,11 +11,15 @@ from collections.abc import Sequence
 
 from llmbench.gate import stats
 from llmbench.gate.compare import GateResult
+from llmbench.gate.work import WorkFinding, WorkStatus
 from llmbench.runs.model import Run
 
 FORMATS = ("text", "markdown", "json")
 
-COLUMNS = ("benchmark", "baseline", "candidate", "ratio", "CI", "p adj", "verdict")
+COLUMNS = ("benchmark", "baseline", "candidate", "ratio", "CI", "p adj", "work", "verdict")
+
+_WORK_CELL = {WorkStatus.UNCHANGED: "same", WorkStatus.CHANGED: "changed",
+              WorkStatus.MORE: "MORE", WorkStatus.LESS: "less", WorkStatus.NOT_COUNTED: "-"}
 
 
 def _seconds(value: float) -> str:
@@ -36,9 +40,45 @@ def _verdict_cell(c: stats.Comparison) -> str:
 
 
 def _rows(result: GateResult) -> list[tuple[str, ...]]:
+    work = {f.name: _WORK_CELL[f.status] for f in result.work}
     return [(result.labels[c.name], _seconds(c.baseline_median), _seconds(c.candidate_median),
              f"{c.ratio:.3f}", _interval(c.ci_low, c.ci_high), f"{c.p_adjusted:.2g}",
-             _verdict_cell(c)) for c in result.comparisons]
+             work.get(c.name, "-"), _verdict_cell(c)) for c in result.comparisons]
+
+
+def _work_consequence(result: GateResult, finding: WorkFinding) -> str:
+    if not finding.is_regression:
+        return ""
+    if result.work_versions:
+        return " (not gated: versions differ)"
+    return " (fails the gate)" if result.options.work_gate else " (not gated: --no-work-gate)"
+
+
+def work_lines(result: GateResult) -> list[str]:
+    """Each case whose counted work differs, with the ops that changed most, then one line
+    counting every case; printed whatever the timing verdicts."""
+    if not result.work:
+        return []
+    lines = [f"work: {result.labels.get(f.name, f.name)}: {f.status.value}: {f.describe()}"
+             f"{_work_consequence(result, f)}"
+             for f in result.work if f.status not in (WorkStatus.UNCHANGED,
+                                                      WorkStatus.NOT_COUNTED)]
+    counted = [f for f in result.work if f.status is not WorkStatus.NOT_COUNTED]
+    counts = {}
+    for f in result.work:
+        counts[f.status.value] = counts.get(f.status.value, 0) + 1
+    line = "work counted: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+    if result.work_versions:
+        line += f" (never fails the gate here: {', '.join(result.work_versions)})"
+    elif counted:
+        rule = (f"more than {result.options.work_threshold:.0%} more FLOPs, bytes or ops fails"
+                if result.options.work_gate else "--no-work-gate: shown, never fails")
+        line += f"; {rule}"
+    not_counted = [f for f in result.work if f.status is WorkStatus.NOT_COUNTED]
+    if not_counted:
+        reasons = sorted({f.reason for f in not_counted})
+        line += f"; not counted: {'; '.join(reasons)}"
+    return [*lines, line]
 
 
 def _describe(run: Run) -> str:
@@ -102,7 +142,7 @@ def summary_line(result: GateResult) -> str:
     """One line: the outcome, every verdict counted, and what inconclusive means here."""
     n = result.counts
     total = len(result.comparisons)
-    if n["regression"]:
+    if n["regression"] or result.work_regressions:
         outcome = "REGRESSION"
     elif n["inconclusive"] and result.options.fail_on_inconclusive:
         outcome = "FAIL (inconclusive, --fail-on-inconclusive)"
@@ -113,6 +153,8 @@ def summary_line(result: GateResult) -> str:
     counts = (f"{n['regression']} regression, {n['improvement']} improvement, "
               f"{n['unchanged']} unchanged, {n['inconclusive']} inconclusive of {total}")
     line = f"{outcome}: {counts}"
+    if result.work_regressions:
+        line += f"; {len(result.work_regressions)} with more work"
     if n["inconclusive"]:
         most, unit = result.rounds_needed
         per_side = "" if unit == "pairs" else "/side"
@@ -147,6 +189,7 @@ def _one_side_notes(result: GateResult, limit: int = 4) -> list[str]:
 def render_text(result: GateResult) -> str:
     lines = header_lines(result)
     lines += ["", *_table(COLUMNS, _rows(result)), ""]
+    lines += work_lines(result)
     lines += _one_side_notes(result)
     lines.append(summary_line(result))
     return "\n".join(lines)
@@ -166,7 +209,7 @@ def render_markdown(result: GateResult) -> str:
         cells.append(f"**{verdict}**" if not verdict.startswith("unchanged") else verdict)
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    lines += [f"- {esc(note)}" for note in _one_side_notes(result)]
+    lines += [f"- {esc(note)}" for note in [*work_lines(result), *_one_side_notes(result)]]
     lines.append(f"**{esc(summary_line(result))}**")
     return "\n".join(lines)
 
@@ -184,7 +227,8 @@ def to_json(result: GateResult) -> dict:
         "options": {"threshold": o.threshold, "threshold_for": dict(o.threshold_for),
                     "alpha": o.alpha, "normalize": o.normalize,
                     "allow_mismatch": o.allow_mismatch,
-                    "fail_on_inconclusive": o.fail_on_inconclusive},
+                    "fail_on_inconclusive": o.fail_on_inconclusive,
+                    "work_threshold": o.work_threshold, "work_gate": o.work_gate},
         "environment": result.candidate.environment,
         "mismatches": list(result.mismatches),
         "versions": {k: list(v) for k, v in result.versions.items()},
@@ -192,6 +236,9 @@ def to_json(result: GateResult) -> dict:
         "comparisons": [{**dataclasses.asdict(c), "unit": c.unit, "label": result.labels[c.name],
                          "verdict": c.verdict.value, "ci_high": _finite(c.ci_high)}
                         for c in result.comparisons],
+        "work": [f.to_json() for f in result.work],
+        "work_gated": bool(result.options.work_gate and not result.work_versions),
+        "work_regressions": [f.name for f in result.work_regressions],
         "only_baseline": list(result.only_baseline),
         "only_candidate": list(result.only_candidate),
         "counts": result.counts,
