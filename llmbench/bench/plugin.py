@@ -1,5 +1,6 @@
 """The benchmark suite's pytest plugin: the options (`options`), the session record
-(`record`) and the regression gate (`gate_hook`), registered together here; at session
+(`record`), the regression gate (`gate_hook`) and the work reference
+(`work_reference`), registered together here; at session
 end it builds the run's JSON once and hands it first to the gate, then to the save.
 
 Registration: the suite's conftest.py lists this module in `pytest_plugins`, rather than a
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["llmbench.bench.options", "llmbench.bench.record", "llmbench.bench.gate_hook"]
+pytest_plugins = ["llmbench.bench.options", "llmbench.bench.record", "llmbench.bench.gate_hook",
+                  "llmbench.bench.work_reference"]
 # pytest rewrites asserts in plugin modules and warns about one imported before it could;
 # these are imported just below, before pytest reaches `pytest_plugins`.
 pytest.register_assert_rewrite(*pytest_plugins)
 
-from llmbench.bench import gate_hook, record  # noqa: E402 - after the registration above
+from llmbench.bench import gate_hook, record, work_reference  # noqa: E402 - after the above
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -37,6 +39,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     output = record.run_json(config) if record.benchmarks_enabled(config) else None
     try:
         gate_hook.judge(session, output)
+        work_reference.judge(session, output)
     finally:
         record.save(config, output)  # whatever became of the gate, the run is kept
 
@@ -46,4 +49,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if _is_worker(config):
         return
     gate_hook.summarize(terminalreporter, config)
+    work_reference.summarize(terminalreporter, config)
     record.summarize(terminalreporter, config)
