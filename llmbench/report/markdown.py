@@ -1,6 +1,6 @@
 """report.md as text: a table per benchmark group (median, IQR, tokens/s, ms/token, TTFT and
-ITL where recorded, and the gate's verdicts against a baseline), the plots, and both runs'
-environments side by side."""
+ITL where recorded, and the gate's verdicts against a baseline), each case's counted work,
+the plots, and both runs' environments side by side."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from llmbench import gate
 from llmbench.report.plots import PlotOutcome
+from llmbench.report.work_table import work_table
 from llmbench.runs import MATCHED_FIELDS, Benchmark, Run, is_number, median
 
 # Groups whose rate is per prompt token: prefill is one parallel pass over the prompt.
@@ -150,6 +151,11 @@ def render_markdown(run: Run, result: gate.GateResult | None, baseline: Run | No
                   "test and the whole CI beyond the threshold (see `llmbench compare`)."]
     for group, benches in run.groups().items():
         lines += ["", f"## {group}", "", *group_table(benches, result)]
+    if work := work_table(run, result):
+        lines += ["", "## Work per case", "", "What one round dispatches, counted at the "
+                  "dispatcher: the same on every machine, so any difference is the code's "
+                  "(or the libraries')." + (" More than the work threshold fails the gate."
+                                           if result else ""), "", *work]
     lines += ["", "## Plots", "", "Points and bars are medians; whiskers span the fastest to "
               "the slowest round (server TTFT and ITL: the range of the percentiles recorded)."
               + (" The baseline is dashed with hollow markers, or hatched." if result else "")]
