@@ -71,15 +71,15 @@ TINY_CPU = ["--model", "tiny", "--device", "cpu"]
 def tests(session: nox.Session) -> None:
     """The library's tests in parallel, then the benchmark suite on the tiny model: timed
     for real and serially (pytest-benchmark turns itself off under xdist), its counted work
-    judged exactly against the committed reference (more work fails, on any machine), then
-    once more in parallel as a smoke test."""
+    judged exactly against the committed reference (any added op, FLOP or byte fails, on
+    any machine: exact counts cannot flake), then once more in parallel as a smoke test."""
     install(session)
     session.run("pytest", "-n", "auto", "tests", *session.posargs)
     runs = session.create_tmp()
     # `--opt=PATH`, not `--opt PATH`: pytest reads a bare existing path as a test path.
     session.run("pytest", "benchmarks", "--benchmark-only", *TINY_CPU,
                 f"--baseline-dir={os.path.join(runs, 'baselines')}",
-                f"--work-reference={WORK_REFERENCE}")
+                f"--work-reference={WORK_REFERENCE}", "--work-threshold=0")
     session.run("pytest", "-n", "auto", "benchmarks", "--benchmark-disable", "--model", "tiny",
                 "-q")
 

@@ -49,6 +49,20 @@ def _clone_per_layer(model):
         if type(layer).__name__.endswith("DecoderLayer"):
             layer.register_forward_hook(clone)
 ''',
+    # One more op per decode step, the smallest change there is.
+    "extra_op": '''
+import functools
+from llmbench.engine import loop
+
+def pytest_configure(config):
+    original = loop.decode_step
+
+    @functools.wraps(original)
+    def decode_step(lm, token_ids, *args, **kwargs):
+        return original(lm, token_ids.clone(), *args, **kwargs)
+
+    loop.decode_step = decode_step
+''',
     # The last position's logits upcast to float64 before the next token is picked.
     "float64_logits": '''
 from llmbench.engine import loop
@@ -118,6 +132,15 @@ def test_added_work_fails_the_run_naming_the_case_and_the_ops(suite, plugin, cas
     flagged = [line for line in out.splitlines() if f"{case}: more work:" in line]
     assert flagged and ops in flagged[0], out[-3000:]
     assert "WORK REGRESSION against" in out
+
+
+def test_one_extra_op_a_decode_step_passes_at_1pct_and_fails_at_0_as_ci_runs(suite):
+    code, out = _judge(suite, "-p", "extra_op")
+    assert code == 0, out[-3000:]
+    assert "test_decode_steps[ctx=16]: work changed: +10 aten::clone" in out
+    code, out = _judge(suite, "-p", "extra_op", "--work-threshold=0")
+    assert code == FAILED, out[-3000:]
+    assert "test_decode_steps[ctx=16]: more work: +10 aten::clone" in out
 
 
 def test_the_work_threshold_and_no_work_gate_let_it_pass(suite):

@@ -1,4 +1,5 @@
-"""The suite's plugin at session end: one run JSON, judged by the gate and then saved.
+"""The suite's plugin at session end: one run JSON, judged by the gate and the work
+reference, then saved.
 
 The real-run tests (test_gate.py, on the tiny model) show the outcome: `--compare-to latest`
 judges against the run before, never against the run being saved. These pin the wiring that
@@ -10,7 +11,7 @@ import types
 
 import pytest
 
-from llmbench.bench import gate_hook, plugin, record
+from llmbench.bench import gate_hook, plugin, record, work_reference
 
 
 @pytest.fixture
@@ -24,6 +25,8 @@ def calls(monkeypatch):
 
     monkeypatch.setattr(record, "run_json", run_json)
     monkeypatch.setattr(gate_hook, "judge", lambda session, output: seen.append(("judge", output)))
+    monkeypatch.setattr(work_reference, "judge",
+                        lambda session, output: seen.append(("work", output)))
     monkeypatch.setattr(record, "save", lambda config, output: seen.append(("save", output)))
     return seen
 
@@ -34,8 +37,8 @@ def _session(**config):
 
 def test_the_run_json_is_built_once_then_judged_then_saved(calls):
     plugin.pytest_sessionfinish(_session(), 0)
-    assert [name for name, _ in calls] == ["run_json", "judge", "save"]
-    assert calls[1][1] is calls[2][1]  # the very same JSON
+    assert [name for name, _ in calls] == ["run_json", "judge", "work", "save"]
+    assert calls[1][1] is calls[2][1] is calls[3][1]  # the very same JSON
 
 
 def test_a_gate_that_fails_unexpectedly_still_saves_the_run(calls, monkeypatch):
@@ -56,4 +59,4 @@ def test_an_xdist_worker_neither_judges_nor_saves(calls):
 def test_without_timed_benchmarks_the_gate_hears_of_no_run(calls, monkeypatch):
     monkeypatch.setattr(record, "benchmarks_enabled", lambda config: False)
     plugin.pytest_sessionfinish(_session(), 0)
-    assert calls == [("judge", None), ("save", None)]
+    assert calls == [("judge", None), ("work", None), ("save", None)]

@@ -23,7 +23,6 @@ a change that makes the code do more shows up exactly, in one run.
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -89,13 +88,16 @@ class WorkCount:
                 "graph_breaks": self.graph_breaks, "ops": dict(sorted(self.ops.items()))}
 
 
-def _tensor_bytes(value) -> int:
-    """Bytes of the tensors in an argument or a result (a tensor, or a list/tuple of them)."""
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in value)
-    return 0
+def _tensor_bytes(values) -> int:
+    """Bytes of the tensors among `values` (a sequence of arguments or results; lists and
+    tuples of tensors count what they hold). Per op dispatched, so kept lean."""
+    total = 0
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            total += value.nbytes
+        elif isinstance(value, (list, tuple)):
+            total += _tensor_bytes(value)
+    return total
 
 
 class _WorkCounter(TorchDispatchMode):
@@ -108,7 +110,7 @@ class _WorkCounter(TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.ops: Counter[str] = Counter()
+        self.ops: dict[str, int] = {}
         self.flops = 0
         self.bytes_read = 0
         self.bytes_written = 0
@@ -128,14 +130,16 @@ class _WorkCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name, decomposes, is_view, formula = self._known.get(func) or self._describe(func)
+        known = self._known.get(func)
+        name, decomposes, is_view, formula = known if known else self._describe(func)
         if decomposes:
             # Its C++ composite kernel, whose parts come back through this mode. (Not
             # `func.decompose`: that prefers a Python decomposition, several times slower.)
             with self:
                 return func._op_dk(_COMPOSITE, *args, **kwargs)
         out = func(*args, **kwargs)
-        self.ops[name] += 1
+        ops = self.ops
+        ops[name] = ops.get(name, 0) + 1
         if formula is not None:
             if func._overloadpacket in _RAW:
                 self.flops += int(formula(*args, **kwargs, out_val=out))
@@ -145,8 +149,8 @@ class _WorkCounter(TorchDispatchMode):
         if not is_view:
             self.bytes_read += _tensor_bytes(args)
             if kwargs:
-                self.bytes_read += _tensor_bytes(list(kwargs.values()))
-            self.bytes_written += _tensor_bytes(out)
+                self.bytes_read += _tensor_bytes(kwargs.values())
+            self.bytes_written += _tensor_bytes((out,))
         return out
 
 
