@@ -26,7 +26,7 @@ import pytest
 from llmbench.bench.gate_hook import report_synthetic
 from llmbench.bench.settings import SETTINGS_KEY
 from llmbench.gate import options
-from llmbench.gate.work import WORK_VERSIONS, WorkStatus, judge_work
+from llmbench.gate.work import WORK_VERSIONS, WorkStatus, judge_work, rule_words
 from llmbench.runs.environment import environment_key
 from llmbench.runs.store import write_atomic
 
@@ -173,7 +173,7 @@ def _judge(config: pytest.Config, state: ReferenceState, output: dict) -> None:
     if new:
         summary += f"; {len(new)} cases not in the reference (new: refresh it to include them)"
     if more:
-        summary += (f"; more than {state.threshold:.0%} more FLOPs, bytes or ops "
+        summary += (f"; {rule_words(state.threshold)} "
                     + ("fails" if state.gate else "is shown only (--no-work-gate)"))
     failing = bool(more) and state.gate
     report_synthetic(config, NODEID, failure="\n".join([*lines, summary]) if failing else None,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from llmbench.gate import stats
 from llmbench.gate.compare import GateResult
-from llmbench.gate.work import WorkFinding, WorkStatus
+from llmbench.gate.work import WorkFinding, WorkStatus, rule_words
 from llmbench.runs.model import Run
 
 FORMATS = ("text", "markdown", "json")
@@ -71,7 +71,7 @@ def work_lines(result: GateResult) -> list[str]:
     if result.work_versions:
         line += f" (never fails the gate here: {', '.join(result.work_versions)})"
     elif counted:
-        rule = (f"more than {result.options.work_threshold:.0%} more FLOPs, bytes or ops fails"
+        rule = (f"{rule_words(result.options.work_threshold)} fails"
                 if result.options.work_gate else "--no-work-gate: shown, never fails")
         line += f"; {rule}"
     not_counted = [f for f in result.work if f.status is WorkStatus.NOT_COUNTED]

@@ -60,7 +60,7 @@ class WorkFinding:
         if len(self.op_changes) > limit:
             parts.append(f"{len(self.op_changes) - limit} more ops changed")
         # The op count's change is already spelled out op by op above.
-        parts += [f"{_relative(base, cand)} {shown}" for shown, base, cand in self.sizes
+        parts += [_relative(base, cand, shown) for shown, base, cand in self.sizes
                   if base != cand and shown != "ops"]
         return ", ".join(parts) if parts else "identical counts"
 
@@ -70,10 +70,18 @@ class WorkFinding:
                 "op_changes": dict(self.op_changes), "summary": self.describe(limit=5)}
 
 
-def _relative(base: int, cand: int) -> str:
-    if base == 0:
-        return f"+{cand}" if cand else "0"
-    return f"{100.0 * (cand - base) / base:+.1f}%"
+def _relative(base: int, cand: int, shown: str) -> str:
+    """'+12.0% FLOPs'; a change too small for a percentage in units: '+160 bytes'."""
+    if base == 0 or abs(cand - base) / base < 0.0005:
+        return f"{cand - base:+,d} {shown}"
+    return f"{100.0 * (cand - base) / base:+.1f}% {shown}"
+
+
+def rule_words(threshold: float) -> str:
+    """What fails, in words: 'more than 1% more FLOPs, bytes or ops', or any growth at 0."""
+    if threshold == 0:
+        return "any growth of FLOPs, bytes or ops"
+    return f"more than {threshold:.0%} more FLOPs, bytes or ops"
 
 
 def counts_of(extra_info: Mapping) -> Mapping | str:
