@@ -154,3 +154,13 @@ def test_a_missing_reference_is_a_usage_error_saying_how_to_make_it(suite, tmp_p
     out = proc.stdout + proc.stderr
     assert proc.returncode == USAGE_ERROR, out[-3000:]
     assert f"make it with --save-work-reference={tmp_path}" in out
+
+
+def test_a_reference_that_cannot_be_written_is_one_line_and_a_usage_error(suite, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    proc = run_pytest(suite, *FAST, f"--save-work-reference={blocker}", CASES[0])
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == USAGE_ERROR, out[-3000:]
+    assert f"--save-work-reference: cannot write {blocker}/" in out
+    assert "Traceback" not in out and "INTERNALERROR" not in out

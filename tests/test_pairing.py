@@ -141,8 +141,9 @@ def test_a_slower_working_tree_is_a_regression_judged_on_pairs(fake_repo, tmp_pa
     # Each side ran its own code: the committed SPEED = 1 against the working tree's 2.
     assert _speeds(tmp_path) == {"baseline": {1.0}, "candidate": {2.0}}
     assert comparison.verdict is Verdict.REGRESSION and result.exit_code == 1
-    # Decided at the first look a signed-rank p can pass (12 pairs), and no more pairs spent.
-    assert comparison.unit == "pairs" and comparison.n_pairs == result.design.looks[1] == 12
+    # Decided at a look (12 pairs is the first a signed-rank p can pass; how soon depends on
+    # how the sleeps fell), and no more pairs spent than that look.
+    assert comparison.unit == "pairs" and comparison.n_pairs in result.design.looks[1:]
     assert comparison.n_baseline == comparison.n_candidate == comparison.n_pairs
     assert "judged on pairs of rounds taken in turn" in gate.render(result, "text")
     # The saved runs are ordinary runs that record the pairing, beside every pair.
@@ -150,7 +151,8 @@ def test_a_slower_working_tree_is_a_regression_judged_on_pairs(fake_repo, tmp_pa
     assert [s["llmbench_pairing"]["side"] for s in saved] == ["baseline", "candidate"]
     assert saved[0]["llmbench_pairing"]["session"] == saved[1]["llmbench_pairing"]["session"]
     (record,) = json.loads((keep / "pairing.json").read_text())["benchmarks"]
-    assert record["stopped"] == "regression" and len(record["candidate"]) == 12
+    assert record["stopped"] == "regression"
+    assert len(record["candidate"]) == len(record["baseline"]) == comparison.n_pairs
     assert _worktrees(fake_repo) == 1
     # `compare` on the kept runs knows them for the two sides of one pairing: same verdicts.
     base, cand = (runs.load_run(p) for p in sorted(keep.glob("*/*/*.json")))

@@ -100,20 +100,33 @@ def reference_path(config: pytest.Config, folder: Path) -> Path:
 
 
 def _save(config: pytest.Config, state: ReferenceState, output: dict) -> None:
+    """Write the reference; a failure is one line and a usage-error exit, never a traceback
+    (this runs at session end, where a raised error would be pytest's INTERNALERROR)."""
     path = reference_path(config, state.folder)
     counts = _counts(output)
     missing = [k for k, v in counts.items() if v is None]
     if missing:
-        raise pytest.UsageError(f"--save-work-reference: {len(missing)} cases have no counts "
-                                f"(e.g. {missing[0]}); nothing written")
-    previous = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        state.lines.append(f"--save-work-reference: {len(missing)} cases have no counts "
+                           f"(e.g. {missing[0]}); nothing written")
+        state.exit_code = pytest.ExitCode.USAGE_ERROR
+        return
+    try:
+        previous = _load(path, "")["benchmarks"] if path.exists() else None
+    except LookupError:
+        previous = None  # not a reference we can read: replaced, as asked
     payload = {"format": FORMAT, "environment": _environment(output),
                "benchmarks": dict(sorted(counts.items()))}
-    write_atomic(path, json.dumps(payload, indent=1) + "\n", replace=True)
+    try:
+        write_atomic(path, json.dumps(payload, indent=1) + "\n", replace=True)
+    except OSError as exc:
+        state.lines.append(f"--save-work-reference: cannot write {path}: "
+                           f"{exc.strerror or exc}; nothing written")
+        state.exit_code = pytest.ExitCode.USAGE_ERROR
+        return
     if previous is None:
         state.lines.append(f"work reference written: {path} ({len(counts)} cases)")
     else:
-        changed = [k for k, v in counts.items() if previous["benchmarks"].get(k) != v]
+        changed = [k for k, v in counts.items() if previous.get(k) != v]
         state.lines.append(f"work reference refreshed: {path} ({len(counts)} cases, "
                            f"{len(changed)} changed; `git diff {path}` shows how)")
 
@@ -127,7 +140,9 @@ def _load(path: Path, save_hint: str) -> dict:
     except (OSError, ValueError) as exc:
         raise LookupError(f"{path} is not a work reference ({exc}); refresh it with "
                           f"{save_hint}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+    if (not isinstance(data, dict) or data.get("format") != FORMAT
+            or not isinstance(data.get("benchmarks"), dict)
+            or not all(isinstance(v, dict) for v in data["benchmarks"].values())):
         raise LookupError(f"{path} is not a work reference (format {FORMAT!r}); refresh it "
                           f"with {save_hint}")
     return data
@@ -190,9 +205,9 @@ def judge(session: pytest.Session, output: dict | None) -> None:
         return
     if state.saving:
         _save(config, state, output)
-        return
-    session.testscollected += 1
-    _judge(config, state, output)
+    else:
+        session.testscollected += 1
+        _judge(config, state, output)
     if state.exit_code is not None and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = state.exit_code
 
