@@ -26,7 +26,14 @@ import pytest
 from llmbench.bench.gate_hook import report_synthetic
 from llmbench.bench.settings import SETTINGS_KEY
 from llmbench.gate import options
-from llmbench.gate.work import WORK_VERSIONS, WorkStatus, judge_work, rule_words
+from llmbench.gate.work import (
+    WORK_VERSIONS,
+    WorkStatus,
+    differing,
+    judge_work,
+    rule_words,
+    tally,
+)
 from llmbench.runs.environment import environment_key
 from llmbench.runs.store import write_atomic
 
@@ -76,11 +83,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE_KEY] = ReferenceState(
         folder=Path(judge_dir or save_dir), saving=bool(save_dir),
         threshold=values[options.WORK_THRESHOLD.dest], gate=values[options.NO_WORK_GATE.dest])
-
-
-def work_flags_used(config: pytest.Config) -> bool:
-    """Whether --work-reference makes --work-threshold/--no-work-gate meaningful."""
-    return STATE_KEY in config.stash
 
 
 def _environment(output: dict) -> dict:
@@ -178,13 +180,9 @@ def _judge(config: pytest.Config, state: ReferenceState, output: dict) -> None:
         findings.append(judge_work(key, {"work": known[key]}, {"work": counts},
                                    state.threshold))
     more = [f for f in findings if f.status is WorkStatus.MORE]
-    lines = [f"{f.name}: {f.status.value}: {f.describe()}" for f in findings
-             if f.status not in (WorkStatus.UNCHANGED, WorkStatus.NOT_COUNTED)]
-    tally: dict[str, int] = {}
-    for f in findings:
-        tally[f.status.value] = tally.get(f.status.value, 0) + 1
+    lines = [f"{f.name}: {f.status.value}: {f.describe()}" for f in differing(findings)]
     summary = (f"{'WORK REGRESSION' if more and state.gate else 'work'} against {path}: "
-               + ", ".join(f"{n} {status}" for status, n in tally.items()))
+               f"{tally(findings)}")
     if new:
         summary += f"; {len(new)} cases not in the reference (new: refresh it to include them)"
     if more:

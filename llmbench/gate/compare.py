@@ -44,33 +44,28 @@ class SameRun(UserError):
     """Both sides are one run: any verdict would only restate that it equals itself."""
 
 
-def parse_fraction(text: str) -> float:
-    """'10%' -> 0.10 and '0.1' -> 0.1; a bare number >= 1 is refused as ambiguous."""
+def parse_fraction(text: str, *, allow_zero: bool = False) -> float:
+    """'10%' -> 0.10 and '0.1' -> 0.1; a bare number >= 1 is refused as ambiguous. 0 only
+    with `allow_zero` (the work threshold, where 0 fails any growth)."""
     raw = text.strip()
+    example = "1% or a fraction like 0.01" if allow_zero else "10% or a fraction like 0.1"
     try:
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
-        raise ValueError(f"expected a percentage like 10% or a fraction like 0.1, "
-                         f"got {text!r}") from None
+        raise ValueError(f"expected a percentage like {example}, got {text!r}") from None
     if not raw.endswith("%") and value >= 1:
         raise ValueError(f"{text!r} is ambiguous: write {raw}% for a percentage, or a "
                          "fraction below 1")
-    if not (math.isfinite(value) and value > 0):
+    if allow_zero and not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"work threshold must be >= 0, got {text!r}")
+    if not allow_zero and not (math.isfinite(value) and value > 0):
         raise ValueError(f"threshold must be > 0, got {text!r}")
     return value
 
 
 def parse_work_threshold(text: str) -> float:
-    """Like `parse_fraction`, but 0 is allowed: any growth of counted work then fails."""
-    raw = text.strip()
-    try:
-        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise ValueError(f"expected a percentage like 1% or a fraction like 0.01, "
-                         f"got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"work threshold must be >= 0, got {text!r}")
-    return 0.0 if value == 0 else parse_fraction(text)
+    """A work threshold: like `parse_fraction`, but 0 (any growth fails) is allowed."""
+    return parse_fraction(text, allow_zero=True)
 
 
 def parse_threshold_for(text: str) -> tuple[str, float]:

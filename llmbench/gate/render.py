@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from llmbench.gate import stats
 from llmbench.gate.compare import GateResult
-from llmbench.gate.work import WorkFinding, WorkStatus, rule_words
+from llmbench.gate.work import WorkFinding, WorkStatus, differing, rule_words, tally
 from llmbench.runs.model import Run
 
 FORMATS = ("text", "markdown", "json")
@@ -60,14 +60,9 @@ def work_lines(result: GateResult) -> list[str]:
     if not result.work:
         return []
     lines = [f"work: {result.labels.get(f.name, f.name)}: {f.status.value}: {f.describe()}"
-             f"{_work_consequence(result, f)}"
-             for f in result.work if f.status not in (WorkStatus.UNCHANGED,
-                                                      WorkStatus.NOT_COUNTED)]
+             f"{_work_consequence(result, f)}" for f in differing(result.work)]
     counted = [f for f in result.work if f.status is not WorkStatus.NOT_COUNTED]
-    counts = {}
-    for f in result.work:
-        counts[f.status.value] = counts.get(f.status.value, 0) + 1
-    line = "work counted: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+    line = f"work counted: {tally(result.work)}"
     if result.work_versions:
         line += f" (never fails the gate here: {', '.join(result.work_versions)})"
     elif counted:

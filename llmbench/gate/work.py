@@ -143,11 +143,18 @@ def judge_all(names: Sequence[str], baseline: Mapping[str, Mapping],
     return tuple(judge_work(n, baseline[n], candidate[n], threshold) for n in names)
 
 
-def summarize(findings: Sequence[WorkFinding]) -> dict[str, int]:
-    counts = {s.value: 0 for s in WorkStatus}
+def tally(findings: Sequence[WorkFinding]) -> str:
+    """'27 work unchanged, 4 not counted': each status found, in order of first appearance."""
+    counts: dict[str, int] = {}
     for f in findings:
-        counts[f.status.value] += 1
-    return counts
+        counts[f.status.value] = counts.get(f.status.value, 0) + 1
+    return ", ".join(f"{n} {status}" for status, n in counts.items())
+
+
+def differing(findings: Sequence[WorkFinding]) -> list[WorkFinding]:
+    """The findings worth a line of their own: counted, and not identical."""
+    return [f for f in findings if f.status not in (WorkStatus.UNCHANGED,
+                                                    WorkStatus.NOT_COUNTED)]
 
 
 def versions_differ(versions: Mapping[str, tuple]) -> list[str]:
