@@ -335,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rejudge:
         return rejudge(Path(args.rejudge), args)
 
+    ab.end_on_sigterm()  # a killed trial run removes its worktree, as Ctrl-C does
     out = Path(args.out or tempfile.mkdtemp(prefix="llmbench-trials-"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"gate_trials: runs and results under {out}", flush=True)

@@ -30,8 +30,10 @@ from llmbench.gate import ab, pair_worker, pairing
 from llmbench.gate.stats import Verdict
 
 FAKE_CONFTEST = '''
-import json, os, subprocess
+import json, os, subprocess, time
 from pathlib import Path
+
+import pytest
 
 ENV = {"model": "fake", "device": "cpu", "device_name": "x", "dtype": "float32",
        "threads": 1, "fingerprint": {"name": "fake"}, "versions": {}}
@@ -40,6 +42,15 @@ ENV = {"model": "fake", "device": "cpu", "device_name": "x", "dtype": "float32",
 def pytest_addoption(parser):
     parser.addoption("--baseline-dir")
     parser.addoption("--model", default="fake")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def model():
+    """Stands for loading and warming a model: FAKE_LOAD_S seconds, traced."""
+    start = time.monotonic()
+    time.sleep(float(os.environ.get("FAKE_LOAD_S", "0")))
+    with open(os.environ["FAKE_TRACE"] + ".load", "a") as trace:
+        trace.write(f"{os.environ.get('LLMBENCH_PAIR_SIDE')} {start} {time.monotonic()}\\n")
 
 
 def pytest_sessionfinish(session):
@@ -181,6 +192,19 @@ def test_turns_never_overlap_and_alternate_abba(fake_repo, tmp_path):
     assert not any(_alive(next(iter(p))) for p in pids.values())
 
 
+def test_both_sides_load_at_once_and_time_nothing_until_both_are_ready(
+        fake_repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_LOAD_S", "1.5")
+    ab.run_ab("HEAD", repo=fake_repo, budget_s=120, max_pairs=8,
+              options=gate.GateOptions(threshold=0.00001, alpha=1e-9))
+    loads = {side: (float(start), float(end)) for side, start, end in (
+        line.split() for line in Path(f"{tmp_path / 'trace.txt'}.load").read_text().splitlines())}
+    (base_start, base_end), (cand_start, cand_end) = loads["baseline"], loads["candidate"]
+    assert base_start < cand_end and cand_start < base_end, loads  # the loads overlapped
+    first_round = min(start for _, _, start, _ in _trace(tmp_path))
+    assert first_round >= max(base_end, cand_end), (first_round, loads)
+
+
 def test_same_code_on_both_sides_is_unchanged(fake_repo):
     result = ab.run_ab("HEAD", repo=fake_repo, budget_s=120)
     assert [c.verdict for c in result.comparisons] == [Verdict.UNCHANGED]
@@ -209,8 +233,9 @@ def test_a_failing_side_is_one_line_exit_2_with_both_workers_ended(fake_repo, tm
     assert _worktrees(fake_repo) == 1
 
 
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_ends_both_workers_removes_the_worktree_and_prints_what_was_decided(
-        fake_repo, tmp_path):
+        fake_repo, tmp_path, stop):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [LLMBENCH, "ab", "HEAD", "--threshold", "0.001%", "--alpha", "1e-9",
@@ -221,7 +246,7 @@ def test_ctrl_c_ends_both_workers_removes_the_worktree_and_prints_what_was_decid
     while not (trace.exists() and len(trace.read_text().splitlines()) >= 20):
         assert proc.poll() is None and time.monotonic() < give_up, proc.communicate()
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted after" in err and "decided so far" in err

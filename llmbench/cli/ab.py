@@ -1,6 +1,7 @@
 """`llmbench ab REV [-- PYTEST_ARGS]`: A/B a git revision against the working tree on this
 machine, paired round by round (or, with --blocks, interleaved in blocks). Exit codes as
-for `llmbench compare`; Ctrl-C ends both sides, prints what was decided so far, exits 130.
+for `llmbench compare`; Ctrl-C (or SIGTERM) ends both sides, prints what was decided so far
+and exits 130.
 
 Everything after the first `--` goes to pytest unparsed (`split_pytest_args`, called by
 the top-level parser before argparse sees the arguments): argparse cannot give a trailing
@@ -52,6 +53,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if args.rounds is not None and args.blocks is None:
         raise ab.ABError("--rounds applies to --blocks only: a paired A/B decides its rounds "
                          "itself (see --budget and --max-pairs)")
+    ab.end_on_sigterm()
     result = ab.run_ab(args.rev, blocks=args.blocks, rounds=args.rounds or ab.DEFAULT_ROUNDS,
                        budget_s=args.budget, max_pairs=args.max_pairs,
                        pytest_args=args.pytest_args, options=gate_options(vars(args)),

@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 import torch
 
 from llmbench.engine import cache, gguf
+from llmbench.engine.allocator import steady_malloc
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.device import resolve_device, resolve_dtype, set_threads
 from llmbench.engine.timing import Stopwatch
@@ -223,6 +224,7 @@ def load_model(config: EngineConfig) -> LoadedModel:
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     set_threads(config.threads)
+    steady_malloc()  # before the weights: every process then faults alike (see allocator)
     _quiet_transformers()
     watch = Stopwatch(device)
     model, tokenizer, source = _loader_for(config.model)(dtype)

@@ -1,20 +1,20 @@
-"""A/B mode: a git revision against the working tree, interleaved on the same machine.
+"""A/B mode: a git revision against the working tree, on the same machine at the same time.
 
 A stored baseline was measured minutes or days ago, on a machine whose speed has drifted
-since (on a shared 2-core box, 50% between runs of the same code is common). A/B mode
-removes the drift instead of modelling it: REV is checked out into a temporary `git
+since (on a shared 2-core box, separate runs of the same code land 14-20% apart). A/B mode
+removes the drift instead of modelling it. REV is checked out into a temporary `git
 worktree`, and its benchmark suite (the baseline) and the working tree's (the candidate)
-run alternately in blocks, ABBA order (A B, B A, A B, ...) so that a linear drift weighs on
-both sides alike. Each block is a `python -m pytest --benchmark-only` run with few rounds,
-saved to a temporary folder; the blocks are pooled per side and judged by the same rule as
-`llmbench compare`, with the block as the unit: rounds of one block share its moment on the
-machine, so the gate compares block medians (see `stats`), and an inconclusive verdict says
-how many blocks would decide. This is the recommended check for a pull request on a noisy
-machine.
+run side by side:
+- paired (the default, `judge_in_turn`, see `pairing`): two long-lived processes take turns
+  one round at a time, and each benchmark is judged on its pairs of rounds, measured seconds
+  apart, by a group-sequential test within a time budget. The recommended check for a
+  change on a noisy machine;
+- in blocks (`run_blocks`, `--blocks N`): each side's suite runs N times as fresh processes
+  in ABBA order, and the gate compares block medians (`stats`), with the block as the unit.
 
 Each side imports llmbench from its own checkout: the run's cwd is that checkout and it
-comes first on PYTHONPATH (ahead of the editable install). `run_blocks` checks this before
-timing anything, and checks each baseline run's recorded commit against REV afterwards.
+comes first on PYTHONPATH (ahead of the editable install). Both modes check this before
+timing anything, and check each baseline run's recorded commit against REV afterwards.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import TextIO
 
 from llmbench import runs
+from llmbench.engine.allocator import steady_malloc_env
 from llmbench.errors import UserError
 from llmbench.gate import stats
 from llmbench.gate.compare import GateOptions, GateResult, compare_paired, compare_runs
@@ -112,6 +114,16 @@ def block_order(blocks: int) -> list[tuple[str, str]]:
             for i in range(blocks)]
 
 
+def end_on_sigterm() -> None:
+    """Make SIGTERM (a CI job's timeout, `kill`) take Ctrl-C's path: both sides end, the
+    worktree is removed and what was decided is printed, instead of dying mid-comparison
+    with a worktree left registered."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def check_pytest_args(pytest_args: Sequence[str]) -> None:
     for arg in pytest_args:
         name = arg.split("=", 1)[0]
@@ -129,8 +141,10 @@ def child_env() -> dict[str, str]:
 
 
 def side_env(side: Checkout) -> dict[str, str]:
-    """The environment a side's pytest runs in: its checkout first on the import path."""
-    env = child_env()
+    """The environment a side's pytest runs in: its checkout first on the import path, and
+    glibc's malloc thresholds fixed for both sides alike (`allocator`: REV's own code may
+    predate fixing them itself)."""
+    env = steady_malloc_env(child_env())
     env["PYTHONPATH"] = os.pathsep.join(
         [str(side.root), *filter(None, [os.environ.get("PYTHONPATH")])])
     return env

@@ -2,9 +2,10 @@
 
 `llmbench ab REV` starts REV's benchmark suite (the baseline, in a temporary worktree) and
 the working tree's (the candidate) as two long-lived pytest processes. Each loads and
-warms its model once. A plugin of this llmbench (`pair_worker`, loaded with `-p`, so REV
-needs no pairing code of its own) makes each process ask before every round and wait,
-blocked on a socket, for its turn. This module is the other end: it hands out the turns.
+warms its model once (both at once: nothing is timed until both are ready). A plugin of
+this llmbench (`pair_worker`, loaded with `-p`, so REV needs no pairing code of its own)
+makes each process ask before every round and wait, blocked on a socket, for its turn.
+This module is the other end: it hands out the turns.
 
 For each benchmark both sides have, in the suite's order, rounds are taken in pairs, A then
 B, then B then A (ABBA by pair), so no side always goes first after the other has run.
@@ -142,6 +143,14 @@ class Coordinator:
         worker.channel.send(reply)
         return self.wait(worker)
 
+    def grant_both(self, reply: list) -> dict[str, list]:
+        """Give both workers the turn with `reply` at once; return each one's next request.
+        Only for the untimed start (collecting, loading and warming the model): the two
+        starts overlap, and neither side times a round until both have asked for one."""
+        for worker in self.workers.values():
+            worker.channel.send(reply)
+        return {worker.name: self.wait(worker) for worker in self.workers.values()}
+
     def wait(self, worker: Worker) -> list:
         """Read reports until `worker` makes a request (it then waits for its next turn)."""
         while True:
@@ -200,14 +209,13 @@ class Coordinator:
             worker.request = hello
 
     def collect(self) -> list[str]:
-        """Each side collects in turn; both then run the benchmarks they share, in the
-        baseline's order. Returns those."""
+        """Both sides collect (at once: nothing is timed yet); both then run the benchmarks
+        they share, in the baseline's order. Returns those."""
         collected = {}
-        for worker in self.workers.values():
-            request = self.grant(worker, ["go"])
+        for name, request in self.grant_both(["go"]).items():
             if request[0] != "collected":
-                raise SideFailed(f"{worker.name} sent {request[0]!r} before collecting")
-            collected[worker.name] = request[1]
+                raise SideFailed(f"{name} sent {request[0]!r} before collecting")
+            collected[name] = request[1]
             self.device_option = self.device_option or request[2]
         base, cand = collected["baseline"], collected["candidate"]
         common = [nodeid for nodeid in base if nodeid in set(cand)]
@@ -222,9 +230,9 @@ class Coordinator:
         return common
 
     def run(self, common: Sequence[str]) -> None:
-        """Start both suites on the shared list, then pair every benchmark they reach."""
-        for worker in self.workers.values():
-            self.grant(worker, ["keep", list(common)])
+        """Start both suites on the shared list, then pair every benchmark they reach. The
+        two load and warm their models at once; the first round waits for both."""
+        self.grant_both(["keep", list(common)])
         order = {nodeid: i for i, nodeid in enumerate(common)}
         base, cand = self.workers["baseline"], self.workers["candidate"]
         while True:

@@ -1,0 +1,108 @@
+"""Fixed malloc thresholds: a round that frees its large blocks does not fault them in again.
+
+Each case runs in a fresh process, since the thresholds are process state: it allocates,
+touches and frees 8 blocks of 4 MiB five times over and reports the minor page faults of
+each pass (glibc's own malloc, through ctypes, so nothing else allocates in between).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from llmbench.engine import allocator
+from llmbench.gate import ab
+
+pytestmark = pytest.mark.skipif(not allocator.uses_glibc(), reason="glibc's malloc only")
+
+PASSES = textwrap.dedent("""
+    import ctypes, resource, sys
+    {prepare}
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = (ctypes.c_size_t,)
+    libc.free.argtypes = (ctypes.c_void_p,)
+    faults = []
+    for _ in range(5):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        blocks = [libc.malloc(4 << 20) for _ in range(8)]
+        for block in blocks:
+            ctypes.memset(block, 1, 4 << 20)
+        for block in blocks:
+            libc.free(block)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    print(faults)
+""")
+PAGES_PER_PASS = 8 * (4 << 20) // os.sysconf("SC_PAGE_SIZE")
+
+
+def _faults_per_pass(prepare: str = "", env: dict | None = None) -> list[int]:
+    proc = subprocess.run([sys.executable, "-c", PASSES.format(prepare=prepare)],
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          check=True)
+    return eval(proc.stdout)  # a printed list of ints
+
+
+def _clean_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in allocator.STEADY_MALLOC_ENV}
+
+
+def test_glibc_left_to_itself_faults_the_same_blocks_in_every_pass(monkeypatch):
+    # The premise: freed blocks go back to the kernel (trimmed, or unmapped) and come back
+    # as fresh pages next time, so a pass's cost depends on the process's malloc state.
+    for name in allocator.STEADY_MALLOC_ENV:
+        monkeypatch.delenv(name, raising=False)
+    later = _faults_per_pass()[1:]
+    assert all(f >= PAGES_PER_PASS // 2 for f in later), later
+
+
+def test_steady_malloc_faults_the_blocks_in_once(monkeypatch):
+    for name in allocator.STEADY_MALLOC_ENV:
+        monkeypatch.delenv(name, raising=False)
+    faults = _faults_per_pass(
+        "from llmbench.engine.allocator import steady_malloc; assert steady_malloc()")
+    assert faults[0] >= PAGES_PER_PASS // 2 and faults[1:] == [0, 0, 0, 0], faults
+
+
+def test_the_environment_it_gives_a_child_does_the_same(monkeypatch):
+    for name in allocator.STEADY_MALLOC_ENV:
+        monkeypatch.delenv(name, raising=False)
+    env = allocator.steady_malloc_env({})
+    assert _faults_per_pass(env=env)[1:] == [0, 0, 0, 0]
+
+
+def test_loading_a_model_makes_the_process_steady(monkeypatch):
+    for name in allocator.STEADY_MALLOC_ENV:
+        monkeypatch.delenv(name, raising=False)
+    load = ("from llmbench.engine.config import EngineConfig; "
+            "from llmbench.engine.models import load_model; "
+            "load_model(EngineConfig(model='tiny', device='cpu'))")
+    assert _faults_per_pass(load)[1:] == [0, 0, 0, 0]
+
+
+def test_thresholds_the_user_set_are_left_alone(monkeypatch):
+    mine = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+    assert allocator.steady_malloc_env(mine) == mine
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+
+    def no_mallopt(*args):
+        raise AssertionError("mallopt called although the user set a threshold")
+
+    monkeypatch.setattr(allocator.ctypes, "CDLL", no_mallopt)
+    assert allocator.steady_malloc() is True
+
+
+def test_both_sides_of_an_ab_run_get_the_same_thresholds(monkeypatch, tmp_path: Path):
+    for name in allocator.STEADY_MALLOC_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name in ("baseline", "candidate"):
+        env = ab.side_env(ab.Checkout(name, tmp_path))
+        assert {k: env[k] for k in allocator.STEADY_MALLOC_ENV} == allocator.STEADY_MALLOC_ENV
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    env = ab.side_env(ab.Checkout("baseline", tmp_path))
+    assert env["MALLOC_MMAP_THRESHOLD_"] == "65536" and "MALLOC_TRIM_THRESHOLD_" not in env
