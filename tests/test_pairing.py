@@ -50,7 +50,8 @@ def model():
     start = time.monotonic()
     time.sleep(float(os.environ.get("FAKE_LOAD_S", "0")))
     with open(os.environ["FAKE_TRACE"] + ".load", "a") as trace:
-        trace.write(f"{os.environ.get('LLMBENCH_PAIR_SIDE')} {start} {time.monotonic()}\\n")
+        trace.write(f"load {os.environ.get('LLMBENCH_PAIR_SIDE')} {start} "
+                    f"{time.monotonic()}\\n")
 
 
 def pytest_sessionfinish(session):
@@ -74,6 +75,12 @@ import os, time
 import pytest
 
 import llmbench
+
+_start = time.monotonic()  # collecting this module: FAKE_COLLECT_S seconds, traced
+time.sleep(float(os.environ.get("FAKE_COLLECT_S", "0")))
+with open(os.environ["FAKE_TRACE"] + ".load", "a") as trace:
+    trace.write(f"collect {os.environ.get('LLMBENCH_PAIR_SIDE')} {_start} "
+                f"{time.monotonic()}\\n")
 
 
 def _round(speed):
@@ -192,17 +199,25 @@ def test_turns_never_overlap_and_alternate_abba(fake_repo, tmp_path):
     assert not any(_alive(next(iter(p))) for p in pids.values())
 
 
-def test_both_sides_load_at_once_and_time_nothing_until_both_are_ready(
-        fake_repo, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_LOAD_S", "1.5")
+def test_both_sides_collect_at_once_but_load_in_turn(fake_repo, tmp_path, monkeypatch):
+    # Collecting (imports) times nothing and may overlap; loading and warming a model runs
+    # each side's full thread count, so the two must not overlap each other or any round.
+    monkeypatch.setenv("FAKE_COLLECT_S", "1.5")
+    monkeypatch.setenv("FAKE_LOAD_S", "1.0")
     ab.run_ab("HEAD", repo=fake_repo, budget_s=120, max_pairs=8,
               options=gate.GateOptions(threshold=0.00001, alpha=1e-9))
-    loads = {side: (float(start), float(end)) for side, start, end in (
-        line.split() for line in Path(f"{tmp_path / 'trace.txt'}.load").read_text().splitlines())}
-    (base_start, base_end), (cand_start, cand_end) = loads["baseline"], loads["candidate"]
-    assert base_start < cand_end and cand_start < base_end, loads  # the loads overlapped
+    spans = {}
+    for line in Path(f"{tmp_path / 'trace.txt'}.load").read_text().splitlines():
+        what, side, start, end = line.split()
+        spans[what, side] = (float(start), float(end))
+
+    def overlap(a, b):
+        return a[0] < b[1] and b[0] < a[1]
+
+    assert overlap(spans["collect", "baseline"], spans["collect", "candidate"]), spans
+    assert not overlap(spans["load", "baseline"], spans["load", "candidate"]), spans
     first_round = min(start for _, _, start, _ in _trace(tmp_path))
-    assert first_round >= max(base_end, cand_end), (first_round, loads)
+    assert first_round >= max(spans["load", side][1] for side in ("baseline", "candidate"))
 
 
 def test_same_code_on_both_sides_is_unchanged(fake_repo):

@@ -13,10 +13,10 @@ and pytest-benchmark only, never `llmbench`; the coordinator copies it out of th
 under its own module name. It takes over `BenchmarkFixture._raw_pedantic` (and `_raw`),
 through which every round of every benchmark passes, whatever the suite's code.
 
-Exclusive turns: once rounds begin, a process runs only between a reply and its next
-request. It asks before collection ends and before each round, and tells the coordinator
-when its session is over. Only the untimed start overlaps: both sides collect, load and
-warm their models at once, and the first round waits until both have asked for one.
+Exclusive turns: a process runs only between a reply and its next request. It asks before
+collection ends (so model loading and warm-up of one side never overlap the other's
+rounds), before each round, and tells the coordinator when its session is over. Only
+collection, which times nothing, runs on both sides at once.
 
 Messages are JSON lines: requests ["hello", side, pid], ["collected", ids, device],
 ["round", nodeid, group], ["finished", exitstatus]; reports, which get no reply,

@@ -2,7 +2,7 @@
 
 `llmbench ab REV` starts REV's benchmark suite (the baseline, in a temporary worktree) and
 the working tree's (the candidate) as two long-lived pytest processes. Each loads and
-warms its model once (both at once: nothing is timed until both are ready). A plugin of
+warms its model once (collection runs on both at once; loading in turn). A plugin of
 this llmbench (`pair_worker`, loaded with `-p`, so REV needs no pairing code of its own)
 makes each process ask before every round and wait, blocked on a socket, for its turn.
 This module is the other end: it hands out the turns.
@@ -145,8 +145,8 @@ class Coordinator:
 
     def grant_both(self, reply: list) -> dict[str, list]:
         """Give both workers the turn with `reply` at once; return each one's next request.
-        Only for the untimed start (collecting, loading and warming the model): the two
-        starts overlap, and neither side times a round until both have asked for one."""
+        Only for collection (imports, single-threaded): nothing is timed, and the
+        coordinator waits for both before any round."""
         for worker in self.workers.values():
             worker.channel.send(reply)
         return {worker.name: self.wait(worker) for worker in self.workers.values()}
@@ -230,9 +230,12 @@ class Coordinator:
         return common
 
     def run(self, common: Sequence[str]) -> None:
-        """Start both suites on the shared list, then pair every benchmark they reach. The
-        two load and warm their models at once; the first round waits for both."""
-        self.grant_both(["keep", list(common)])
+        """Start both suites on the shared list, then pair every benchmark they reach. They
+        load and warm their models one after the other: both at once, each with its full
+        thread count, oversubscribe a small machine (on 2 cores it took minutes, not
+        seconds, as OpenMP threads wait at barriers for threads that are not running)."""
+        for worker in self.workers.values():
+            self.grant(worker, ["keep", list(common)])
         order = {nodeid: i for i, nodeid in enumerate(common)}
         base, cand = self.workers["baseline"], self.workers["candidate"]
         while True:
