@@ -22,7 +22,7 @@ _WORK_CELL = {WorkStatus.UNCHANGED: "same", WorkStatus.CHANGED: "changed",
               WorkStatus.MORE: "MORE", WorkStatus.LESS: "less", WorkStatus.NOT_COUNTED: "-"}
 
 
-def _seconds(value: float) -> str:
+def format_seconds(value: float) -> str:
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if value >= scale:
             return f"{value / scale:.4g} {unit}"
@@ -41,7 +41,8 @@ def _verdict_cell(c: stats.Comparison) -> str:
 
 def _rows(result: GateResult) -> list[tuple[str, ...]]:
     work = {f.name: _WORK_CELL[f.status] for f in result.work}
-    return [(result.labels[c.name], _seconds(c.baseline_median), _seconds(c.candidate_median),
+    return [(result.labels[c.name], format_seconds(c.baseline_median),
+             format_seconds(c.candidate_median),
              f"{c.ratio:.3f}", _interval(c.ci_low, c.ci_high), f"{c.p_adjusted:.2g}",
              work.get(c.name, "-"), _verdict_cell(c)) for c in result.comparisons]
 
@@ -160,7 +161,7 @@ def summary_line(result: GateResult) -> str:
     return line
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     left = {0, len(header) - 1}
 
@@ -183,7 +184,7 @@ def _one_side_notes(result: GateResult, limit: int = 4) -> list[str]:
 
 def render_text(result: GateResult) -> str:
     lines = header_lines(result)
-    lines += ["", *_table(COLUMNS, _rows(result)), ""]
+    lines += ["", *text_table(COLUMNS, _rows(result)), ""]
     lines += work_lines(result)
     lines += _one_side_notes(result)
     lines.append(summary_line(result))

@@ -1,0 +1,20 @@
+"""History: every saved run of one environment, its change points and the newest run's
+verdict (`llmbench history`).
+
+May import: `llmbench.runs`, `llmbench.gate` (thresholds, table formatting), `llmbench.errors`.
+"""
+
+from llmbench.history.changepoints import (
+    MIN_SEGMENT,
+    NewestVerdict,
+    Shift,
+    find_shifts,
+    judge_newest,
+)
+from llmbench.history.judge import HistoryResult, SeriesResult, judge_history
+from llmbench.history.render import render
+from llmbench.history.series import MIN_RUNS, History, Point, Series, load_history
+
+__all__ = ["MIN_RUNS", "MIN_SEGMENT", "History", "HistoryResult", "NewestVerdict", "Point",
+           "Series", "SeriesResult", "Shift", "find_shifts", "judge_history", "judge_newest",
+           "load_history", "render"]

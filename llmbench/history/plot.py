@@ -1,0 +1,86 @@
+"""Trend plots of a judged history: one PNG per group, `history_<group>.png`.
+
+One panel per benchmark: each run's median with its rounds' quartiles against the run
+(numbered, with its commit), the change points as dashed lines with their ratio, the newest
+level's threshold band shaded, and the newest run coloured by its verdict. Drawn on
+matplotlib's object API (headless, no global state), as the report's plots are.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from llmbench.history.judge import HistoryResult, SeriesResult
+
+DPI = 120
+VERDICT_COLORS = {"regression": "tab:red", "improvement": "tab:green",
+                  "consistent": "tab:blue"}
+
+
+def plot_files(result: HistoryResult) -> dict[str, list[SeriesResult]]:
+    """The file each group's plot goes to, with its series, in the history's order."""
+    files: dict[str, list[SeriesResult]] = {}
+    for r in result.results:
+        files.setdefault(f"history_{r.series.group or 'ungrouped'}.png", []).append(r)
+    return files
+
+
+def _panel(ax, r: SeriesResult) -> None:
+    points = r.series.points
+    scale, unit = (1e3, "ms") if max(p.median_s for p in points) < 1 else (1.0, "s")
+    xs = list(range(len(points)))
+    mids = [p.median_s * scale for p in points]
+    ax.errorbar(xs, mids, yerr=[[m - p.low_s * scale for m, p in zip(mids, points, strict=True)],
+                                [p.high_s * scale - m for m, p in zip(mids, points, strict=True)]],
+                color="tab:gray", marker="o", markersize=4, capsize=2, linewidth=1)
+    start = r.shifts[-1].index if r.shifts else 0
+    level = points[start:-1]
+    if level:  # the newest level, and the band a regression must leave
+        mean = math.exp(sum(math.log(p.median_s) for p in level) / len(level)) * scale
+        ax.fill_between([start - 0.3, len(points) - 0.7], mean / (1 + r.threshold),
+                        mean * (1 + r.threshold), color="tab:blue", alpha=0.1, linewidth=0,
+                        label=f"newest level ±{r.threshold:.0%}")
+        ax.hlines(mean, start, len(points) - 1, color="tab:blue", linewidth=1, alpha=0.6)
+    for shift in r.shifts:
+        ax.axvline(shift.index - 0.5, color="tab:orange", linestyle="--", linewidth=1.2)
+        ax.annotate(f"x{shift.ratio:.2f}", (shift.index - 0.5, 1.0), xycoords=("data",
+                    "axes fraction"), xytext=(3, -12), textcoords="offset points",
+                    color="tab:orange", fontsize=8)
+    color = VERDICT_COLORS.get(r.newest.verdict, "black")
+    ax.plot([xs[-1]], [mids[-1]], marker="o", markersize=8, color=color, linestyle="none",
+            label=f"newest: {r.newest.verdict}")
+    labels = [f"{p.run} {p.commit[:7]}" if p.commit else str(p.run) for p in points]
+    step = max(1, len(points) // 16)
+    ax.set_xticks(xs[::step], labels[::step], fontsize=7, rotation=60, ha="right",
+                  rotation_mode="anchor")
+    ax.set_xlabel("run and commit", fontsize=8)
+    ax.set_title(r.series.name, fontsize=9)
+    ax.set_ylabel(f"median ({unit})")
+    ax.legend(fontsize=7, loc="best")
+
+
+def draw_history(result: HistoryResult, out_dir: Path) -> list[Path]:
+    """Write every group's plot into `out_dir` (which must exist); the paths written."""
+    written = []
+    for file, series in plot_files(result).items():
+        cols = min(3, len(series))
+        rows = math.ceil(len(series) / cols)
+        fig = Figure(figsize=(4.6 * cols, 3.4 * rows + 0.6), dpi=DPI, layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(rows, cols, squeeze=False).ravel()
+        for ax, r in zip(axes, series, strict=False):
+            _panel(ax, r)
+        for ax in axes[len(series):]:
+            ax.set_visible(False)
+        fig.suptitle(f"History of {series[0].series.group or 'ungrouped'}: "
+                     f"{result.history.title}, runs {result.history.runs[0]}-"
+                     f"{result.history.newest} (whiskers: quartiles of each run's rounds; "
+                     f"dashed: change points)", fontsize=10)
+        path = out_dir / file
+        fig.savefig(path, dpi=DPI)
+        written.append(path)
+    return written

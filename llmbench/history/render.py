@@ -1,0 +1,91 @@
+"""A judged history as text, markdown or JSON."""
+
+from __future__ import annotations
+
+import json
+
+from llmbench.gate.render import format_seconds, text_table
+from llmbench.history.changepoints import PENALTY
+from llmbench.history.judge import HistoryResult, SeriesResult
+
+COLUMNS = ("benchmark", "runs", "newest", "its level", "ratio", "interval", "verdict",
+           "change points")
+
+
+def _shifts(r: SeriesResult) -> str:
+    return "; ".join(f"run {r.shift_run(s):04d}" + (f" ({r.shift_commit(s)})"
+                                                    if r.shift_commit(s) else "")
+                     + f" x{s.ratio:.3f} p={s.p:.2g}" for s in r.shifts) or "-"
+
+
+def _row(r: SeriesResult) -> tuple[str, ...]:
+    v = r.newest
+    points = r.series.points
+    level = points[r.shifts[-1].index if r.shifts else 0:-1]
+    level_median = sorted(p.median_s for p in level)[len(level) // 2] if level else None
+    interval = f"[{v.low:.3f}, {v.high:.3f}]" if v.low is not None else "-"
+    return (r.series.name, str(len(points)), format_seconds(points[-1].median_s),
+            format_seconds(level_median) if level_median is not None else "-",
+            f"{v.ratio:.3f}" if v.ratio is not None else "-", interval, v.verdict,
+            _shifts(r))
+
+
+def header_lines(result: HistoryResult) -> list[str]:
+    h = result.history
+    m = len(result.results)
+    return [f"history: {h.title}, {len(h.runs)} runs ({h.runs[0]:04d} to {h.newest:04d}) "
+            f"in {h.folder}",
+            f"change points: PELT on log medians (penalty {PENALTY:g} sigma^2 ln n), each "
+            f"kept only if a permutation test of its neighbouring levels passes alpha "
+            f"{result.alpha:g} for the whole history ({m} benchmarks)",
+            f"newest run: against the prediction interval of its own level (runs since the "
+            f"last change point), at 1 - alpha/{m}; a regression also exceeds the threshold"]
+
+
+def summary_line(result: HistoryResult) -> str:
+    counts: dict[str, int] = {}
+    for r in result.results:
+        counts[r.newest.verdict] = counts.get(r.newest.verdict, 0) + 1
+    shifts = sum(len(r.shifts) for r in result.results)
+    outcome = "REGRESSION" if result.regressions else "PASS"
+    told = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
+    return (f"{outcome}: newest run {result.history.newest:04d}: {told} of "
+            f"{len(result.results)}; {shifts} change points in the history")
+
+
+def render_text(result: HistoryResult) -> str:
+    table = text_table(COLUMNS, [_row(r) for r in result.results])
+    return "\n".join([*header_lines(result), "", *table, "", summary_line(result)])
+
+
+def render_markdown(result: HistoryResult) -> str:
+    def esc(cell: str) -> str:
+        return cell.replace("|", "\\|")
+
+    lines = ["### llmbench history", "", *(f"- {esc(line)}" for line in header_lines(result)),
+             "", "| " + " | ".join(COLUMNS) + " |",
+             "|" + "|".join([":--"] + ["--:"] * (len(COLUMNS) - 3) + [":--", ":--"]) + "|"]
+    lines += ["| " + " | ".join(map(esc, _row(r))) + " |" for r in result.results]
+    return "\n".join([*lines, "", f"**{esc(summary_line(result))}**"])
+
+
+def to_json(result: HistoryResult) -> dict:
+    h = result.history
+    return {
+        "folder": str(h.folder), "title": h.title, "runs": list(h.runs), "alpha": result.alpha,
+        "exit_code": result.exit_code,
+        "benchmarks": [{
+            "key": r.series.key, "name": r.series.name, "group": r.series.group,
+            "threshold": r.threshold,
+            "points": [vars(p) for p in r.series.points],
+            "change_points": [{"run": r.shift_run(s), "commit": r.shift_commit(s),
+                               "ratio": s.ratio, "p": s.p} for s in r.shifts],
+            "newest": vars(r.newest),
+        } for r in result.results],
+    }
+
+
+def render(result: HistoryResult, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(to_json(result), indent=2)
+    return render_markdown(result) if fmt == "markdown" else render_text(result)

@@ -1,0 +1,111 @@
+"""The history of one environment: its saved runs, oldest first, as one series per benchmark.
+
+A run is one draw from the machine's run-to-run spread (14-20% on a shared 2-core VM), so
+the unit of a history is the run: each point is one run's median, with its rounds' quartiles
+as the spread. Runs are ordered by their number, the order they were saved in.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from llmbench import runs
+
+MIN_RUNS = 6  # two segments of three: the least that can place a change point
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of one benchmark."""
+
+    run: int  # the run's number
+    commit: str | None  # short commit id, when the run recorded one
+    when: str | None  # when the run was saved (ISO 8601)
+    median_s: float
+    low_s: float  # the rounds' first quartile
+    high_s: float  # the rounds' third quartile
+
+
+@dataclass(frozen=True)
+class Series:
+    key: str  # pytest's fullname
+    name: str
+    group: str | None
+    points: tuple[Point, ...]
+
+    @property
+    def log_medians(self) -> np.ndarray:
+        return np.log([p.median_s for p in self.points])
+
+
+@dataclass(frozen=True)
+class History:
+    folder: Path
+    title: str  # what ran where (`Run.title` of the newest run)
+    device: str  # its device type, for the default threshold
+    runs: tuple[int, ...]  # run numbers, oldest first
+    series: tuple[Series, ...]  # in the newest run's order
+
+    @property
+    def newest(self) -> int:
+        return self.runs[-1]
+
+
+def _environment_folder(folder: Path) -> Path:
+    """`folder` if it holds runs; else its one environment subfolder; else a one-line error."""
+    if runs.list_runs(folder):
+        return folder
+    if not folder.is_dir():
+        raise runs.RunError(f"{folder} is not a folder: pass an environment folder of saved "
+                            "runs, e.g. baselines/smollm2-135m-cpu-float32")
+    inner = sorted(d for d in folder.iterdir() if d.is_dir() and runs.list_runs(d))
+    if len(inner) == 1:
+        return inner[0]
+    if not inner:
+        raise runs.RunError(f"{folder} holds no numbered runs (NNNN_*.json): run "
+                            "`pytest --benchmark-only` to save some")
+    raise runs.RunError(f"{folder} holds runs of {len(inner)} environments: pass one of "
+                        f"{', '.join(d.name for d in inner)}")
+
+
+def _point(number: int, run: runs.Run, bench: runs.Benchmark) -> Point:
+    low, high = np.percentile(bench.samples, [25, 75])
+    commit = run.commit_info.get("id")
+    return Point(run=number, commit=commit[:8] if commit else None, when=run.datetime,
+                 median_s=bench.median_s, low_s=float(low), high_s=float(high))
+
+
+def load_history(folder: str | os.PathLike, pattern: str | None = None,
+                 min_runs: int = MIN_RUNS) -> History:
+    """Every run in `folder` (an environment folder, or a baselines folder holding exactly
+    one), each benchmark's series across them; `pattern` keeps benchmarks whose name
+    contains it. One-line `RunError`s: too few runs, runs of another environment, a damaged
+    run, no benchmark matching."""
+    where = _environment_folder(Path(folder))
+    paths = runs.list_runs(where)
+    if len(paths) < min_runs:
+        raise runs.RunError(f"{where} holds {len(paths)} runs; a history needs at least "
+                            f"{min_runs} to place a change point")
+    loaded = [(runs.run_number(p), runs.load_run(p)) for p in paths]
+    newest = loaded[-1][1]
+    for number, run in loaded[:-1]:
+        differences = runs.environment_differences(run.environment, newest.environment)
+        if differences:
+            raise runs.RunError(f"run {number:04d} in {where} was measured in another "
+                                f"environment than the newest ({'; '.join(differences)}): a "
+                                "history is one environment; move that run out")
+    series = []
+    for key, bench in newest.benchmarks.items():
+        if pattern and pattern.lower() not in bench.name.lower():
+            continue
+        points = tuple(_point(n, run, run.benchmarks[key]) for n, run in loaded
+                       if key in run.benchmarks and run.benchmarks[key].samples)
+        series.append(Series(key, bench.name, bench.group, points))
+    if not series:
+        raise runs.RunError(f"no benchmark of the newest run in {where} matches -k {pattern!r}")
+    return History(where, newest.title, newest.device or "cpu", tuple(n for n, _ in loaded),
+                   tuple(series))
