@@ -4,6 +4,7 @@
     nox -s bench                  the benchmark suite on the best device present
     nox -s bench-cpu|bench-mps|bench-cuda
     nox -s compare|report|ab|serve -- ARGS
+    nox -s history                change points and the newest run's verdict, per environment
     nox -s lint
 
 Benchmark environments pin torch and transformers: a baseline is only comparable under the
@@ -164,6 +165,23 @@ def compare(session: nox.Session) -> None:
 def report(session: nox.Session) -> None:
     """`llmbench report RUN.json`: report.md and plots."""
     _cli(session, "report")
+
+
+@nox.session
+def history(session: nox.Session) -> None:
+    """`llmbench history` on every environment in baselines/ (plots under reports/history/),
+    or on what `-- ARGS` name. Fails when a newest run is a regression."""
+    install(session)
+    if session.posargs:
+        session.run("llmbench", "history", *session.posargs)
+        return
+    folders = sorted(d for d in Path("baselines").iterdir()
+                     if d.is_dir() and any(d.glob("[0-9][0-9][0-9][0-9]_*.json")))
+    if not folders:
+        session.error("baselines/ holds no runs yet: run `nox -s bench` a few times first")
+    for folder in folders:
+        session.run("llmbench", "history", str(folder), "--plot-dir",
+                    f"reports/history/{folder.name}", "--force")
 
 
 @nox.session

@@ -332,3 +332,13 @@ def test_real_suite_on_tiny_paired_against_head(tmp_path, slowdown):
              for side in ("baseline", "candidate")}
     assert "llmbench_injected" not in saved["baseline"]
     assert ("llmbench_injected" in saved["candidate"]) == (slowdown is not None)
+
+
+def test_kept_runs_come_with_the_verdicts_drawn(fake_repo, tmp_path):
+    (fake_repo / "llmbench" / "__init__.py").write_text("SPEED = 2.0\n")  # uncommitted
+    keep = tmp_path / "kept"
+    proc = subprocess.run([LLMBENCH, "ab", "HEAD", "--budget", "60", "--keep", str(keep)],
+                          cwd=fake_repo, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert (keep / "verdicts.png").read_bytes().startswith(b"\x89PNG")
+    assert f"verdicts drawn in {keep / 'verdicts.png'}" in proc.stderr

@@ -58,6 +58,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
                        budget_s=args.budget, max_pairs=args.max_pairs,
                        pytest_args=args.pytest_args, options=gate_options(vars(args)),
                        keep=args.keep, log=sys.stderr, on_interrupt=_print_decided)
+    if args.keep is not None and result.comparisons:
+        from pathlib import Path
+
+        from llmbench.report.verdict_plot import FILE, draw_verdicts  # matplotlib: only here
+
+        print(f"llmbench ab: verdicts drawn in {draw_verdicts(result, Path(args.keep) / FILE)}",
+              file=sys.stderr)
     print(gate.render(result, args.format))
     return result.exit_code
 
@@ -87,8 +94,9 @@ def register(subparsers) -> None:
     parser.add_argument("--max-pairs", type=whole_number(FIRST_LOOK), default=DEFAULT_MAX_PAIRS,
                         metavar="N", help="most pairs for one benchmark. Default: %(default)r")
     parser.add_argument("--keep", default=None, metavar="DIR",
-                        help="keep each side's run (and pairing.json, every pair) under DIR. "
-                             "Default: a temporary folder, removed afterwards")
+                        help="keep each side's run (and pairing.json, every pair) under DIR, "
+                             "with the verdicts drawn as verdicts.png. Default: a temporary "
+                             "folder, removed afterwards")
     parser.add_argument("--blocks", type=positive_int, default=None, metavar="N",
                         help="instead of pairing rounds, run each side's suite N times, "
                              "alternating, and judge the blocks' medians (the older mode: "

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from llmbench import gate
 from llmbench.report.plots import PlotOutcome
+from llmbench.report.verdict_plot import FILE as VERDICTS_FILE
 from llmbench.report.work_table import work_table
 from llmbench.runs import MATCHED_FIELDS, Benchmark, Run, is_number, median
 
@@ -145,6 +146,9 @@ def render_markdown(run: Run, result: gate.GateResult | None, baseline: Run | No
         lines += [f"Run: `{run.source}` (commit {env['commit']}, {env['date']}). No baseline: "
                   "pass `--baseline B.json` for verdicts."]
     else:
+        if result.comparisons:  # the picture a reviewer looks at first
+            lines += [f"![Verdicts: each benchmark's ratio and CI against its threshold band]"
+                      f"({VERDICTS_FILE})", ""]
         lines += [f"- {line}" for line in gate.header_lines(result)]
         lines += ["", f"**{gate.summary_line(result)}**", "", "Ratio = median(run) / "
                   "median(baseline), > 1 is slower; a regression needs a Holm-significant rank "

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from llmbench import gate, runs
 from llmbench.errors import UserError
-from llmbench.report import plots
+from llmbench.report import plots, verdict_plot
 from llmbench.report.markdown import render_markdown
 
 REPORT_NAME = "report.md"
@@ -71,8 +71,10 @@ def write_report(run_path: str | os.PathLike, out_dir: str | os.PathLike,
     try:
         out.mkdir(parents=True, exist_ok=True)
         if force:  # a plot this run cannot draw must not survive from the last report
-            for name in plots.PLOT_FILES:
+            for name in (*plots.PLOT_FILES, verdict_plot.FILE):
                 (out / name).unlink(missing_ok=True)
+        if result is not None and result.comparisons:
+            verdict_plot.draw_verdicts(result, out / verdict_plot.FILE)
         outcomes = plots.draw_all(run, baseline, out)
         runs.write_atomic(target, render_markdown(run, result, baseline, outcomes),
                           replace=force)
