@@ -71,6 +71,12 @@ def test_two_shifts_are_both_found():
     assert [s.index for s in find_shifts(x, alpha=0.05)] == [6, 12]
 
 
+def test_a_significant_step_smaller_than_the_threshold_is_no_change_point():
+    x = _series(4, n=16, shift_at=8, ratio=1.06, sd=0.005)
+    assert [s.index for s in find_shifts(x, alpha=0.05)] == [8]
+    assert find_shifts(x, alpha=0.05, threshold=0.10) == []
+
+
 def test_the_noise_estimate_ignores_a_shift():
     x = _series(1, n=30, sd=0.05)
     shifted = x.copy()
@@ -155,6 +161,37 @@ def test_a_shift_in_the_middle_is_found_at_its_run_and_commit(tmp_path):
     assert "run 0007" in text and "PASS" in text.splitlines()[-1]
 
 
+def test_a_shift_with_the_same_code_on_both_sides_is_called_the_machine_s(tmp_path):
+    env = tmp_path / "tiny-cpu-float32"
+    _write_history(env, [1.0] * 6 + [1.3] * 6, seed=1)
+    for path in env.iterdir():  # one commit throughout, as on a machine that slowed down
+        run = json.loads(path.read_text())
+        run["commit_info"]["id"] = "c0ffee" * 6
+        path.write_text(json.dumps(run))
+    result = history.judge_history(history.load_history(env))
+    decode = [r for r in result.results if r.series.group == "decode"]
+    assert all(r.shifts and r.code_changed(r.shifts[0]) is False for r in decode)
+    assert "same commit around it" in history.render(result, "text")
+    report = json.loads(history.render(result, "json"))
+    assert {cp["code_changed"] for b in report["benchmarks"] for cp in b["change_points"]} == {
+        False}
+
+
+def test_an_injected_slowdown_counts_as_other_code(tmp_path):
+    env = tmp_path / "tiny-cpu-float32"
+    _write_history(env, [1.0] * 6 + [1.3] * 6, seed=1)
+    for path in sorted(env.iterdir()):
+        run = json.loads(path.read_text())
+        run["commit_info"]["id"] = "c0ffee" * 6
+        if int(path.name[:4]) >= 7:
+            run["llmbench_injected"] = {"slow_down": {"decode_step": 0.3}}
+        path.write_text(json.dumps(run))
+    result = history.judge_history(history.load_history(env))
+    decode = [r for r in result.results if r.series.group == "decode"]
+    assert all(r.code_changed(r.shifts[0]) is True for r in decode)
+    assert decode[0].shift_commit(decode[0].shifts[0]) == "c0ffeec0+slow decode_stepx1.3"
+
+
 def test_a_baselines_folder_with_one_environment_is_read_as_that_environment(tmp_path):
     _write_history(tmp_path / "tiny-cpu-float32", [1.0] * 8)
     proc = _llmbench(str(tmp_path), "-k", "decode", "--format", "markdown")
@@ -209,3 +246,14 @@ def test_the_trend_plots_are_drawn_once_and_never_overwritten_silently(tmp_path)
     assert (plots / "history_decode.png").stat().st_mtime_ns == before
     assert _llmbench(str(env), "--plot-dir", str(plots), "--force").returncode == EXIT_OK
     assert _llmbench(str(env), "--force").returncode == EXIT_USAGE
+
+
+def test_judging_a_history_loads_no_engine_library(tmp_path):
+    env = tmp_path / "tiny-cpu-float32"
+    _write_history(env, [1.0] * 8)
+    code = ("import sys; from llmbench import history; "
+            f"history.judge_history(history.load_history({str(env)!r})); "
+            "print(sorted(m for m in ('torch', 'transformers', 'fastapi') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert proc.stdout.strip() == "[]"

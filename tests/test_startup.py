@@ -30,7 +30,7 @@ def test_light_commands_parse_without_torch_transformers_or_fastapi():
     argvs = [["compare", "a.json", "b.json", "--threshold", "10%"],
              ["report", "run.json", "--baseline", "latest", "-o", "out"],
              ["load", "--concurrency", "1,4"], ["compare", "--help"], ["load", "--help"],
-             ["--help"]]
+             ["history", "baselines", "-k", "decode"], ["history", "--help"], ["--help"]]
     proc = subprocess.run([sys.executable, "-c", PARSE, json.dumps(argvs), json.dumps(HEAVY)],
                           capture_output=True, text=True, check=True)
     assert json.loads(proc.stdout.splitlines()[-1]) == []

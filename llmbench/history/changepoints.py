@@ -15,8 +15,10 @@ shifts that are only runs.
    difference of the two sides' means, maximized over every split). That accounts for the
    candidate being the best of many split points, without assuming normal noise. The p is
    multiplied by the number of benchmarks, so that `alpha` is the false-alarm rate of the
-   whole history. The least significant candidate above alpha is dropped, its neighbours
-   merge, and the rest are tested again, until every one left passes.
+   whole history. A change point must also move the level by more than the practical
+   threshold, as a regression in `compare` must. The least significant candidate (or one
+   too small) is dropped, its neighbours merge, and the rest are tested again, until every
+   one left passes.
 3. The newest run is judged against the runs of its own level (since the last change
    point, newest excluded): a prediction interval for one more run, mean ± t · s · √(1 + 1/k)
    at 1 − alpha / m. A regression lies above it *and* beyond the practical threshold, as in
@@ -102,9 +104,11 @@ def scan_p(segment: np.ndarray, min_segment: int, permutations: int, seed: int =
     return (1 + beaten) / (1 + permutations)
 
 
-def find_shifts(x: np.ndarray, *, alpha: float, benchmarks: int = 1,
+def find_shifts(x: np.ndarray, *, alpha: float, benchmarks: int = 1, threshold: float = 0.0,
                 min_segment: int = MIN_SEGMENT) -> list[Shift]:
-    """The change points of log series `x` that pass the permutation test; see above."""
+    """The change points of log series `x` that pass the permutation test and move the
+    level by more than `threshold` (a ratio beyond 1 + threshold or 1 / (1 + threshold),
+    the practical threshold `compare` uses); see above."""
     x = np.asarray(x, dtype=float)
     n = x.size
     if n < 2 * min_segment:
@@ -120,8 +124,10 @@ def find_shifts(x: np.ndarray, *, alpha: float, benchmarks: int = 1,
             p = scan_p(x[bounds[i - 1]:bounds[i + 1]], min_segment, permutations)
             tested.append(Shift(cut, math.exp(np.median(after) - np.median(before)),
                                 min(1.0, p * benchmarks)))
-        worst = max(tested, key=lambda s: s.p)
-        if worst.p <= alpha:
+        # Too small a step counts as failing: 1 + its p ranks it below every significant one.
+        small = math.log1p(threshold)
+        worst = max(tested, key=lambda s: s.p + (abs(math.log(s.ratio)) <= small))
+        if worst.p <= alpha and abs(math.log(worst.ratio)) > small:
             return tested
         kept.remove(worst.index)
     return []

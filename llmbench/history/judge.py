@@ -24,6 +24,14 @@ class SeriesResult:
     def shift_commit(self, shift: Shift) -> str | None:
         return self.series.points[shift.index].commit
 
+    def code_changed(self, shift: Shift) -> bool | None:
+        """Whether any commit changed within a run of the shift (it may be placed a run off):
+        False says the same code ran on both sides, so the machine moved, not the code;
+        None when a run there recorded no commit."""
+        around = self.series.points[max(0, shift.index - 2):shift.index + 2]
+        commits = {p.commit for p in around}
+        return None if None in commits else len(commits) > 1
+
 
 @dataclass(frozen=True)
 class HistoryResult:
@@ -51,7 +59,7 @@ def judge_history(history: History, *, threshold: float | None = None,
         limit = threshold if threshold is not None else threshold_for(series.name,
                                                                       series.group,
                                                                       history.device)
-        shifts = find_shifts(x, alpha=alpha, benchmarks=m)
+        shifts = find_shifts(x, alpha=alpha, benchmarks=m, threshold=limit)
         # The newest run is judged only if it is the newest run of the history: a benchmark
         # the newest run lacks keeps its shifts but has no newest verdict.
         if series.points[-1].run != history.newest:

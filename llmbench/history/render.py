@@ -12,10 +12,14 @@ COLUMNS = ("benchmark", "runs", "newest", "its level", "ratio", "interval", "ver
            "change points")
 
 
+def _shift(r: SeriesResult, s) -> str:
+    commit = f" ({r.shift_commit(s)})" if r.shift_commit(s) else ""
+    same_code = ", same commit around it" if r.code_changed(s) is False else ""
+    return f"run {r.shift_run(s):04d}{commit} x{s.ratio:.3f} p={s.p:.2g}{same_code}"
+
+
 def _shifts(r: SeriesResult) -> str:
-    return "; ".join(f"run {r.shift_run(s):04d}" + (f" ({r.shift_commit(s)})"
-                                                    if r.shift_commit(s) else "")
-                     + f" x{s.ratio:.3f} p={s.p:.2g}" for s in r.shifts) or "-"
+    return "; ".join(_shift(r, s) for s in r.shifts) or "-"
 
 
 def _row(r: SeriesResult) -> tuple[str, ...]:
@@ -37,7 +41,8 @@ def header_lines(result: HistoryResult) -> list[str]:
             f"in {h.folder}",
             f"change points: PELT on log medians (penalty {PENALTY:g} sigma^2 ln n), each "
             f"kept only if a permutation test of its neighbouring levels passes alpha "
-            f"{result.alpha:g} for the whole history ({m} benchmarks)",
+            f"{result.alpha:g} for the whole history ({m} benchmarks) and moves the level "
+            f"beyond the threshold; 'same commit around it': the machine moved, not the code",
             f"newest run: against the prediction interval of its own level (runs since the "
             f"last change point), at 1 - alpha/{m}; a regression also exceeds the threshold"]
 
@@ -79,7 +84,8 @@ def to_json(result: HistoryResult) -> dict:
             "threshold": r.threshold,
             "points": [vars(p) for p in r.series.points],
             "change_points": [{"run": r.shift_run(s), "commit": r.shift_commit(s),
-                               "ratio": s.ratio, "p": s.p} for s in r.shifts],
+                               "ratio": s.ratio, "p": s.p, "code_changed": r.code_changed(s)}
+                              for s in r.shifts],
             "newest": vars(r.newest),
         } for r in result.results],
     }

@@ -23,7 +23,7 @@ class Point:
     """One run of one benchmark."""
 
     run: int  # the run's number
-    commit: str | None  # short commit id, when the run recorded one
+    commit: str | None  # short commit id (+ any injected slowdown), when the run recorded one
     when: str | None  # when the run was saved (ISO 8601)
     median_s: float
     low_s: float  # the rounds' first quartile
@@ -72,11 +72,28 @@ def _environment_folder(folder: Path) -> Path:
                         f"{', '.join(d.name for d in inner)}")
 
 
-def _point(number: int, run: runs.Run, bench: runs.Benchmark) -> Point:
-    low, high = np.percentile(bench.samples, [25, 75])
+def _code(run: runs.Run, injected: dict | None) -> str | None:
+    """What code a run measured: its short commit id, plus any slowdown injected on top
+    (`llmbench.bench.inject`), which changes what ran without changing the commit."""
     commit = run.commit_info.get("id")
-    return Point(run=number, commit=commit[:8] if commit else None, when=run.datetime,
-                 median_s=bench.median_s, low_s=float(low), high_s=float(high))
+    if not commit:
+        return None
+    slowed = (injected or {}).get("slow_down") or {}
+    return commit[:8] + "".join(f"+slow {name}x{1 + factor:g}"
+                                for name, factor in sorted(slowed.items()))
+
+
+def _point(number: int, run: runs.Run, code: str | None, bench: runs.Benchmark) -> Point:
+    low, high = np.percentile(bench.samples, [25, 75])
+    return Point(run=number, commit=code, when=run.datetime, median_s=bench.median_s,
+                 low_s=float(low), high_s=float(high))
+
+
+def _load(path: Path) -> tuple[int, runs.Run, str | None]:
+    data = runs.read_json(path)
+    run = runs.run_from_json(data, str(path), path=path)
+    injected = data.get("llmbench_injected") if isinstance(data, dict) else None
+    return runs.run_number(path), run, _code(run, injected)
 
 
 def load_history(folder: str | os.PathLike, pattern: str | None = None,
@@ -90,9 +107,9 @@ def load_history(folder: str | os.PathLike, pattern: str | None = None,
     if len(paths) < min_runs:
         raise runs.RunError(f"{where} holds {len(paths)} runs; a history needs at least "
                             f"{min_runs} to place a change point")
-    loaded = [(runs.run_number(p), runs.load_run(p)) for p in paths]
+    loaded = [_load(p) for p in paths]
     newest = loaded[-1][1]
-    for number, run in loaded[:-1]:
+    for number, run, _ in loaded[:-1]:
         differences = runs.environment_differences(run.environment, newest.environment)
         if differences:
             raise runs.RunError(f"run {number:04d} in {where} was measured in another "
@@ -102,10 +119,10 @@ def load_history(folder: str | os.PathLike, pattern: str | None = None,
     for key, bench in newest.benchmarks.items():
         if pattern and pattern.lower() not in bench.name.lower():
             continue
-        points = tuple(_point(n, run, run.benchmarks[key]) for n, run in loaded
+        points = tuple(_point(n, run, code, run.benchmarks[key]) for n, run, code in loaded
                        if key in run.benchmarks and run.benchmarks[key].samples)
         series.append(Series(key, bench.name, bench.group, points))
     if not series:
         raise runs.RunError(f"no benchmark of the newest run in {where} matches -k {pattern!r}")
-    return History(where, newest.title, newest.device or "cpu", tuple(n for n, _ in loaded),
+    return History(where, newest.title, newest.device or "cpu", tuple(n for n, *_ in loaded),
                    tuple(series))
