@@ -14,7 +14,7 @@ from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from llmbench.gate import GateResult
 from llmbench.gate.stats import Verdict
@@ -23,6 +23,7 @@ FILE = "verdicts.png"
 DPI = 120
 COLORS = {Verdict.REGRESSION: "tab:red", Verdict.IMPROVEMENT: "tab:green",
           Verdict.UNCHANGED: "tab:blue", Verdict.INCONCLUSIVE: "tab:gray"}
+TICKS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
 _OPEN_END = 4.0  # how far an unbounded interval is drawn, as a factor beyond the ratio
 
 
@@ -52,12 +53,12 @@ def draw_verdicts(result: GateResult, path: Path) -> Path:
                   fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.set_xscale("log")
-    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(0.5, 0.8, 1.0, 1.25, 2.0)))
+    ax.xaxis.set_major_locator(FixedLocator(TICKS))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
     unit = next((c.unit for c in rows), "rounds")
-    ax.set_xlabel(f"ratio of medians, candidate / baseline (> 1 is slower), with its CI; "
-                  f"shaded: within the threshold; judged on {unit}")
+    ax.set_xlabel(f"candidate / baseline (> 1 is slower): the ratio and its CI, judged on "
+                  f"{unit}\nshaded: within the threshold, where 'unchanged' lives")
     ax.set_title(f"Verdicts: {result.candidate.title}", fontsize=10)
     fig.savefig(path, dpi=DPI)
     return path
