@@ -78,8 +78,8 @@ def draw_history(result: HistoryResult, out_dir: Path) -> list[Path]:
             ax.set_visible(False)
         fig.suptitle(f"History of {series[0].series.group or 'ungrouped'}: "
                      f"{result.history.title}, runs {result.history.runs[0]}-"
-                     f"{result.history.newest} (whiskers: quartiles of each run's rounds; "
-                     f"dashed: change points)", fontsize=10)
+                     f"{result.history.newest}\nwhiskers: quartiles of each run's rounds; "
+                     f"dashed: change points", fontsize=10)
         path = out_dir / file
         fig.savefig(path, dpi=DPI)
         written.append(path)
