@@ -378,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"gate_trials: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: finished comparisons are kept under out
+        print(f"gate_trials: interrupted; what finished is under {out}", file=sys.stderr)
+        return 130
     print(save(out, outcomes, args))
     return 0
 
