@@ -76,11 +76,16 @@ import pytest
 
 import llmbench
 
-_start = time.monotonic()  # collecting this module: FAKE_COLLECT_S seconds, traced
-time.sleep(float(os.environ.get("FAKE_COLLECT_S", "0")))
-with open(os.environ["FAKE_TRACE"] + ".load", "a") as trace:
-    trace.write(f"collect {os.environ.get('LLMBENCH_PAIR_SIDE')} {_start} "
-                f"{time.monotonic()}\\n")
+if os.environ.get("FAKE_RENDEZVOUS"):  # collecting: meet the other side, if it collects too
+    _here = os.environ["FAKE_RENDEZVOUS"]
+    _side = os.environ.get("LLMBENCH_PAIR_SIDE")
+    open(os.path.join(_here, _side), "w").close()
+    _other = "candidate" if _side == "baseline" else "baseline"
+    _give_up = time.monotonic() + 30
+    while not os.path.exists(os.path.join(_here, _other)) and time.monotonic() < _give_up:
+        time.sleep(0.05)
+    with open(os.environ["FAKE_TRACE"] + ".load", "a") as trace:
+        trace.write(f"met {_side} {os.path.exists(os.path.join(_here, _other))}\\n")
 
 
 def _round(speed):
@@ -200,24 +205,27 @@ def test_turns_never_overlap_and_alternate_abba(fake_repo, tmp_path):
 
 
 def test_both_sides_collect_at_once_but_load_in_turn(fake_repo, tmp_path, monkeypatch):
-    # Collecting (imports) times nothing and may overlap; loading and warming a model runs
-    # each side's full thread count, so the two must not overlap each other or any round.
-    monkeypatch.setenv("FAKE_COLLECT_S", "1.5")
+    # Collecting (imports) times nothing and may overlap: each side waits, while collecting,
+    # until the other has started collecting too, which only happens if both were let go.
+    # Loading and warming a model runs each side's full thread count, so never overlaps.
+    rendezvous = tmp_path / "rendezvous"
+    rendezvous.mkdir()
+    monkeypatch.setenv("FAKE_RENDEZVOUS", str(rendezvous))
     monkeypatch.setenv("FAKE_LOAD_S", "1.0")
     ab.run_ab("HEAD", repo=fake_repo, budget_s=120, max_pairs=8,
               options=gate.GateOptions(threshold=0.00001, alpha=1e-9))
-    spans = {}
+    met, loads = {}, {}
     for line in Path(f"{tmp_path / 'trace.txt'}.load").read_text().splitlines():
-        what, side, start, end = line.split()
-        spans[what, side] = (float(start), float(end))
-
-    def overlap(a, b):
-        return a[0] < b[1] and b[0] < a[1]
-
-    assert overlap(spans["collect", "baseline"], spans["collect", "candidate"]), spans
-    assert not overlap(spans["load", "baseline"], spans["load", "candidate"]), spans
+        what, side, *rest = line.split()
+        if what == "met":
+            met[side] = rest[0] == "True"
+        else:
+            loads[side] = (float(rest[0]), float(rest[1]))
+    assert met == {"baseline": True, "candidate": True}
+    (base_start, base_end), (cand_start, cand_end) = loads["baseline"], loads["candidate"]
+    assert base_end <= cand_start or cand_end <= base_start, loads  # one after the other
     first_round = min(start for _, _, start, _ in _trace(tmp_path))
-    assert first_round >= max(spans["load", side][1] for side in ("baseline", "candidate"))
+    assert first_round >= max(base_end, cand_end)
 
 
 def test_same_code_on_both_sides_is_unchanged(fake_repo):
