@@ -39,6 +39,9 @@ PASSES = textwrap.dedent("""
     print(faults)
 """)
 PAGES_PER_PASS = 8 * (4 << 20) // os.sysconf("SC_PAGE_SIZE")
+# A pass that reuses its blocks still may fault a stray page or two: the interpreter's own
+# list growth, a page of the stack. Reused means under 1% of what a fresh pass faults.
+STRAY_FAULTS = PAGES_PER_PASS // 100
 
 
 def _faults_per_pass(prepare: str = "", env: dict | None = None) -> list[int]:
@@ -48,8 +51,8 @@ def _faults_per_pass(prepare: str = "", env: dict | None = None) -> list[int]:
     return eval(proc.stdout)  # a printed list of ints
 
 
-def _clean_env() -> dict:
-    return {k: v for k, v in os.environ.items() if k not in allocator.STEADY_MALLOC_ENV}
+def _reused(later: list[int]) -> bool:
+    return len(later) == 4 and all(f <= STRAY_FAULTS for f in later)
 
 
 def test_glibc_left_to_itself_faults_the_same_blocks_in_every_pass(monkeypatch):
@@ -66,14 +69,14 @@ def test_steady_malloc_faults_the_blocks_in_once(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     faults = _faults_per_pass(
         "from llmbench.engine.allocator import steady_malloc; assert steady_malloc()")
-    assert faults[0] >= PAGES_PER_PASS // 2 and faults[1:] == [0, 0, 0, 0], faults
+    assert faults[0] >= PAGES_PER_PASS // 2 and _reused(faults[1:]), faults
 
 
 def test_the_environment_it_gives_a_child_does_the_same(monkeypatch):
     for name in allocator.STEADY_MALLOC_ENV:
         monkeypatch.delenv(name, raising=False)
     env = allocator.steady_malloc_env({})
-    assert _faults_per_pass(env=env)[1:] == [0, 0, 0, 0]
+    assert _reused(_faults_per_pass(env=env)[1:])
 
 
 def test_loading_a_model_makes_the_process_steady(monkeypatch):
@@ -82,7 +85,7 @@ def test_loading_a_model_makes_the_process_steady(monkeypatch):
     load = ("from llmbench.engine.config import EngineConfig; "
             "from llmbench.engine.models import load_model; "
             "load_model(EngineConfig(model='tiny', device='cpu'))")
-    assert _faults_per_pass(load)[1:] == [0, 0, 0, 0]
+    assert _reused(_faults_per_pass(load)[1:])
 
 
 def test_thresholds_the_user_set_are_left_alone(monkeypatch):
