@@ -238,7 +238,7 @@ def test_the_trend_plots_are_drawn_once_and_never_overwritten_silently(tmp_path)
     proc = _llmbench(str(env), "--plot-dir", str(plots))
     assert proc.returncode == EXIT_OK, proc.stderr
     drawn = sorted(p.name for p in plots.iterdir())
-    assert drawn == ["history_decode.png", "history_prefill.png"]
+    assert drawn == ["history_all_benchmarks.png", "history_decode.png", "history_prefill.png"]
     assert all((plots / name).read_bytes().startswith(b"\x89PNG") for name in drawn)
     before = (plots / "history_decode.png").stat().st_mtime_ns
     again = _llmbench(str(env), "--plot-dir", str(plots))

@@ -31,9 +31,9 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def _plot(result, out_dir: Path, *, force: bool) -> None:
-    from llmbench.history.plot import draw_history, plot_files  # matplotlib: only when asked
+    from llmbench.history.plot import draw_history, file_names  # matplotlib: only when asked
 
-    taken = [f for f in plot_files(result) if (out_dir / f).exists()]
+    taken = [f for f in file_names(result) if (out_dir / f).exists()]
     if taken and not force:
         raise UserError(f"{out_dir} already holds {', '.join(taken)}: pass another folder, "
                         "or --force to replace them")
@@ -65,8 +65,9 @@ def register(subparsers) -> None:
     parser.add_argument("--format", choices=FORMATS, default=FORMATS[0],
                         help="Default: %(default)r")
     parser.add_argument("--plot-dir", metavar="DIR", default=None,
-                        help="also draw history_<group>.png per group into DIR (created if "
-                             "missing). Default: no plots")
+                        help="also draw history_<group>.png per group and "
+                             "history_all_benchmarks.png into DIR (created if missing). "
+                             "Default: no plots")
     parser.add_argument("--force", action="store_true",
                         help="with --plot-dir: replace plots already in DIR instead of refusing")
     parser.set_defaults(func=cmd_history)

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from llmbench.history.judge import HistoryResult, SeriesResult
 
 DPI = 120
+ALL_BENCHMARKS_FILE = "history_all_benchmarks.png"
 VERDICT_COLORS = {"regression": "tab:red", "improvement": "tab:green",
                   "consistent": "tab:blue"}
 
@@ -29,18 +30,33 @@ def plot_files(result: HistoryResult) -> dict[str, list[SeriesResult]]:
     return files
 
 
-def _panel(ax, r: SeriesResult) -> None:
+def file_names(result: HistoryResult) -> list[str]:
+    """Every file `draw_history` writes for this result."""
+    return [*plot_files(result), *([ALL_BENCHMARKS_FILE] if result.machine else [])]
+
+
+def _panel(ax, r: SeriesResult, relative: bool = False) -> None:
     points = r.series.points
     scale, unit = (1e3, "ms") if max(p.median_s for p in points) < 1 else (1.0, "s")
+    if relative:  # all benchmarks together: levels, not seconds
+        scale, unit = 1.0, "x the history's median"
     xs = list(range(len(points)))
     mids = [p.median_s * scale for p in points]
     ax.errorbar(xs, mids, yerr=[[m - p.low_s * scale for m, p in zip(mids, points, strict=True)],
                                 [p.high_s * scale - m for m, p in zip(mids, points, strict=True)]],
-                color="tab:gray", marker="o", markersize=4, capsize=2, linewidth=1)
-    start = r.shifts[-1].index if r.shifts else 0
-    level = points[start:-1]
+                color="tab:gray", marker="o", markersize=4, capsize=2, linewidth=1,
+                label="each run's median" if r.beta else None)
+    # What the change points and the verdict were found on: the medians without the share
+    # of each run's move that the benchmark had in common with the others.
+    judged = mids
+    if r.beta and len(r.moves) == len(mids):
+        judged = [m * math.exp(-move) for m, move in zip(mids, r.moves, strict=True)]
+        ax.plot(xs, judged, color="tab:blue", marker=".", markersize=5, linewidth=1.2,
+                label=f"without the machine's share (beta {r.beta:.2f})")
+    start = r.level_start()
+    level = judged[start:-1]
     if level:  # the newest level, and the band a regression must leave
-        mean = math.exp(sum(math.log(p.median_s) for p in level) / len(level)) * scale
+        mean = math.exp(sum(math.log(v) for v in level) / len(level))
         ax.fill_between([start - 0.3, len(points) - 0.7], mean / (1 + r.threshold),
                         mean * (1 + r.threshold), color="tab:blue", alpha=0.1, linewidth=0,
                         label=f"newest level ±{r.threshold:.0%}")
@@ -51,7 +67,7 @@ def _panel(ax, r: SeriesResult) -> None:
                     "axes fraction"), xytext=(3, -12), textcoords="offset points",
                     color="tab:orange", fontsize=8)
     color = VERDICT_COLORS.get(r.newest.verdict, "black")
-    ax.plot([xs[-1]], [mids[-1]], marker="o", markersize=8, color=color, linestyle="none",
+    ax.plot([xs[-1]], [judged[-1]], marker="o", markersize=8, color=color, linestyle="none",
             label=f"newest: {r.newest.verdict}")
     labels = [f"{p.run} {p.commit[:7]}" if p.commit else str(p.run) for p in points]
     step = max(1, len(points) // 16)
@@ -59,7 +75,22 @@ def _panel(ax, r: SeriesResult) -> None:
                   rotation_mode="anchor")
     ax.set_xlabel("run and commit", fontsize=8)
     ax.set_title(r.series.name, fontsize=9)
-    ax.set_ylabel(f"median ({unit})")
+    ax.set_ylabel(unit if relative else f"median ({unit})")
+    ax.legend(fontsize=7, loc="best")
+
+
+def _control(ax, result: HistoryResult) -> None:
+    """The control workload's level per run, on the all-benchmarks panel: where it moves
+    with them, the machine moved."""
+    by_run = dict(zip(result.history.runs, result.history.control_s, strict=False))
+    points = result.machine.series.points
+    xs = [i for i, p in enumerate(points) if by_run.get(p.run)]
+    if not xs:
+        return
+    values = sorted(by_run[points[i].run] for i in xs)
+    usual = values[len(values) // 2]
+    ax.plot(xs, [by_run[points[i].run] / usual for i in xs], color="tab:green", marker="s",
+            markersize=3, linewidth=0.8, alpha=0.7, label="control workload")
     ax.legend(fontsize=7, loc="best")
 
 
@@ -83,4 +114,20 @@ def draw_history(result: HistoryResult, out_dir: Path) -> list[Path]:
         path = out_dir / file
         fig.savefig(path, dpi=DPI)
         written.append(path)
+    if result.machine is not None:
+        written.append(_draw_all_benchmarks(result, out_dir))
     return written
+
+
+def _draw_all_benchmarks(result: HistoryResult, out_dir: Path) -> Path:
+    fig = Figure(figsize=(7.0, 4.0), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    _panel(ax, result.machine, relative=True)
+    _control(ax, result)
+    fig.suptitle(f"All benchmarks together: {result.history.title}\nthe median of the "
+                 f"benchmarks' levels, each against its own history;\ngreen: the control "
+                 f"workload, which only the machine moves", fontsize=9)
+    path = out_dir / ALL_BENCHMARKS_FILE
+    fig.savefig(path, dpi=DPI)
+    return path

@@ -8,41 +8,68 @@ from llmbench.gate.render import format_seconds, text_table
 from llmbench.history.changepoints import PENALTY
 from llmbench.history.judge import HistoryResult, SeriesResult
 
-COLUMNS = ("benchmark", "runs", "newest", "its level", "ratio", "interval", "verdict",
-           "change points")
+COLUMNS = ("benchmark", "runs", "newest", "its level", "ratio", "machine", "interval",
+           "verdict", "change points")
 
 
-def _shift(r: SeriesResult, s) -> str:
+def _shift(r: SeriesResult, s, result: HistoryResult | None = None) -> str:
     commit = f" ({r.shift_commit(s)})" if r.shift_commit(s) else ""
     same_code = ", same commit around it" if r.code_changed(s) is False else ""
-    return f"run {r.shift_run(s):04d}{commit} x{s.ratio:.3f} p={s.p:.2g}{same_code}"
+    control = result.control_move(s) if result is not None else None
+    beside = f", control x{control:.3f}" if control is not None else ""
+    return f"run {r.shift_run(s):04d}{commit} x{s.ratio:.3f} p={s.p:.2g}{same_code}{beside}"
 
 
-def _shifts(r: SeriesResult) -> str:
-    return "; ".join(_shift(r, s) for s in r.shifts) or "-"
+def _shifts(r: SeriesResult, result: HistoryResult | None = None) -> str:
+    return "; ".join(_shift(r, s, result) for s in r.shifts) or "-"
 
 
 def _row(r: SeriesResult) -> tuple[str, ...]:
     v = r.newest
     points = r.series.points
-    level = points[r.shifts[-1].index if r.shifts else 0:-1]
+    level = points[r.level_start():-1]
     level_median = sorted(p.median_s for p in level)[len(level) // 2] if level else None
     interval = f"[{v.low:.3f}, {v.high:.3f}]" if v.low is not None else "-"
+    machine = r.machine_ratio() if v.ratio is not None else None
+    ratio = v.ratio * (machine or 1.0) if v.ratio is not None else None
     return (r.series.name, str(len(points)), format_seconds(points[-1].median_s),
             format_seconds(level_median) if level_median is not None else "-",
-            f"{v.ratio:.3f}" if v.ratio is not None else "-", interval, v.verdict,
-            _shifts(r))
+            f"{ratio:.3f}" if ratio is not None else "-",
+            f"{machine:.3f}" if machine is not None else "-", interval, v.verdict, _shifts(r))
+
+
+def _machine_row(result: HistoryResult) -> tuple[str, ...]:
+    r = result.machine
+    v = r.newest
+    points = r.series.points
+    level = points[r.level_start():-1]
+    level_median = sorted(p.median_s for p in level)[len(level) // 2] if level else None
+    interval = f"[{v.low:.3f}, {v.high:.3f}]" if v.low is not None else "-"
+    return (r.series.name, str(len(points)), f"x{points[-1].median_s:.3f}",
+            f"x{level_median:.3f}" if level_median is not None else "-",
+            f"{v.ratio:.3f}" if v.ratio is not None else "-", "-", interval, v.verdict,
+            _shifts(r, result))
+
+
+def _rows(result: HistoryResult) -> list[tuple[str, ...]]:
+    return [*(_row(r) for r in result.results),
+            *([_machine_row(result)] if result.machine else [])]
 
 
 def header_lines(result: HistoryResult) -> list[str]:
     h = result.history
-    m = len(result.results)
+    m = len(result.results) + (result.machine is not None)
     return [f"history: {h.title}, {len(h.runs)} runs ({h.runs[0]:04d} to {h.newest:04d}) "
             f"in {h.folder}",
             f"change points: PELT on log medians (penalty {PENALTY:g} sigma^2 ln n), each "
             f"kept only if a permutation test of its neighbouring levels passes alpha "
             f"{result.alpha:g} for the whole history ({m} benchmarks) and moves the level "
             f"beyond the threshold; 'same commit around it': the machine moved, not the code",
+            "each benchmark is judged after removing what it shares with the other "
+            "benchmarks and the control workload in the same run ('machine': that share of "
+            "its ratio); 'all benchmarks together' judges their median move, where the "
+            "control's move tells the machine (control moved too) from code that touched "
+            "everything (control still)",
             f"newest run: against the prediction interval of its own level (runs since the "
             f"last change point), at 1 - alpha/{m}; a regression also exceeds the threshold"]
 
@@ -54,12 +81,16 @@ def summary_line(result: HistoryResult) -> str:
     shifts = sum(len(r.shifts) for r in result.results)
     outcome = "REGRESSION" if result.regressions else "PASS"
     told = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
+    together = ""
+    if result.machine is not None:
+        together = f", all together {result.machine.newest.verdict}"
+        shifts += len(result.machine.shifts)
     return (f"{outcome}: newest run {result.history.newest:04d}: {told} of "
-            f"{len(result.results)}; {shifts} change points in the history")
+            f"{len(result.results)}{together}; {shifts} change points in the history")
 
 
 def render_text(result: HistoryResult) -> str:
-    table = text_table(COLUMNS, [_row(r) for r in result.results])
+    table = text_table(COLUMNS, _rows(result))
     return "\n".join([*header_lines(result), "", *table, "", summary_line(result)])
 
 
@@ -70,12 +101,20 @@ def render_markdown(result: HistoryResult) -> str:
     lines = ["### llmbench history", "", *(f"- {esc(line)}" for line in header_lines(result)),
              "", "| " + " | ".join(COLUMNS) + " |",
              "|" + "|".join([":--"] + ["--:"] * (len(COLUMNS) - 3) + [":--", ":--"]) + "|"]
-    lines += ["| " + " | ".join(map(esc, _row(r))) + " |" for r in result.results]
+    lines += ["| " + " | ".join(map(esc, row)) + " |" for row in _rows(result)]
     return "\n".join([*lines, "", f"**{esc(summary_line(result))}**"])
+
+
+def _change_points(r: SeriesResult, result: HistoryResult | None = None) -> list[dict]:
+    return [{"run": r.shift_run(s), "commit": r.shift_commit(s), "ratio": s.ratio, "p": s.p,
+             "code_changed": r.code_changed(s),
+             **({"control_ratio": result.control_move(s)} if result is not None else {})}
+            for s in r.shifts]
 
 
 def to_json(result: HistoryResult) -> dict:
     h = result.history
+    machine = result.machine
     return {
         "folder": str(h.folder), "title": h.title, "runs": list(h.runs), "alpha": result.alpha,
         "exit_code": result.exit_code,
@@ -83,11 +122,16 @@ def to_json(result: HistoryResult) -> dict:
             "key": r.series.key, "name": r.series.name, "group": r.series.group,
             "threshold": r.threshold,
             "points": [vars(p) for p in r.series.points],
-            "change_points": [{"run": r.shift_run(s), "commit": r.shift_commit(s),
-                               "ratio": s.ratio, "p": s.p, "code_changed": r.code_changed(s)}
-                              for s in r.shifts],
-            "newest": vars(r.newest),
+            "follows_machine": r.beta,
+            "change_points": _change_points(r),
+            "newest": {**vars(r.newest), "machine_ratio": r.machine_ratio()},
         } for r in result.results],
+        "all_benchmarks": None if machine is None else {
+            "threshold": machine.threshold,
+            "levels": {p.run: p.median_s for p in machine.series.points},
+            "change_points": _change_points(machine, result),
+            "newest": vars(machine.newest),
+        },
     }
 
 

@@ -49,6 +49,9 @@ class History:
     device: str  # its device type, for the default threshold
     runs: tuple[int, ...]  # run numbers, oldest first
     series: tuple[Series, ...]  # in the newest run's order
+    # Each run's median of the machine-speed control workload (pure torch, the same in every
+    # run), aligned with `runs`; None for a run saved without one.
+    control_s: tuple[float | None, ...] = ()
 
     @property
     def newest(self) -> int:
@@ -124,5 +127,7 @@ def load_history(folder: str | os.PathLike, pattern: str | None = None,
         series.append(Series(key, bench.name, bench.group, points))
     if not series:
         raise runs.RunError(f"no benchmark of the newest run in {where} matches -k {pattern!r}")
+    control = tuple(float(np.median(run.control_s)) if run.control_s else None
+                    for _, run, _ in loaded)
     return History(where, newest.title, newest.device or "cpu", tuple(n for n, *_ in loaded),
-                   tuple(series))
+                   tuple(series), control)

@@ -1,0 +1,139 @@
+"""The machine's share of a history: how far each run moved with the other benchmarks.
+
+A shared machine speeds up and slows down over hours, and every benchmark feels it at once.
+In 24 unchanged smollm2-135m runs saved over 90 minutes on a 2-core VM, the benchmarks' run
+effects correlated 0.6-0.9 and all of them drifted up to 1.3x together: judged one series
+at a time, 11 of 13 twelve-run windows showed a change point. A change of code, by contrast,
+usually moves some benchmarks and leaves others alone, and never moves the control workload
+(fixed pure-torch code timed in every run, `llmbench.bench.control`).
+
+So each benchmark is judged after removing what it shares with the rest of the run:
+
+- Its *reference* in run r is the median, over the other benchmarks and the control, of how
+  far each sat from its own history's median (logs, so a ratio). Leaving the benchmark out
+  keeps its own shift out of its reference; the control keeps a reference even where
+  every benchmark moved.
+- How closely it follows that reference, `beta`, is the least-squares slope over the
+  history, clipped to [0, 1], where the two correlate significantly, and 0 where they do
+  not: then nothing is removed (nor any noise added). Where they move as one, it is 1.
+- Change points and the newest run's verdict are found on log median - beta x reference.
+
+A change that slows every benchmark alike is then removed from each of them, so the
+median of all benchmarks is judged as a series of its own, "all benchmarks together": a
+shift there is the machine or code that touched everything, and the control's move beside
+it tells which.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from llmbench.history.series import History, Point, Series
+
+# A reference is a median of at least this many other series in that run; with fewer
+# (a history of two benchmarks and no control) one odd run would move it, so no share is
+# removed.
+MIN_REFERENCES = 3
+FOLLOW_ALPHA = 0.05  # a benchmark follows the others only if it correlates with them at this
+
+
+@dataclass(frozen=True)
+class MachineShare:
+    beta: float  # how closely the benchmark follows the others: 0 (not at all) to 1
+    moves: np.ndarray  # beta x reference, one per point of the series (logs)
+
+
+def _centred(values: np.ndarray) -> np.ndarray:
+    """Each row's distance from its own median (NaN where a run lacks it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row with nothing stays NaN
+        return values - np.nanmedian(values, axis=-1, keepdims=True)
+
+
+def _matrix(history: History) -> tuple[np.ndarray, np.ndarray]:
+    """Log medians, one row per series and one column per run (NaN where a run lacks the
+    benchmark); and the control's log medians per run (NaN where a run has none)."""
+    column = {run: i for i, run in enumerate(history.runs)}
+    logs = np.full((len(history.series), len(history.runs)), np.nan)
+    for row, series in enumerate(history.series):
+        for point in series.points:
+            logs[row, column[point.run]] = np.log(point.median_s)
+    control = np.array([np.log(c) if c else np.nan for c in history.control_s]
+                       if len(history.control_s) == len(history.runs)
+                       else [np.nan] * len(history.runs))
+    return logs, control
+
+
+def _median_of_enough(rows: np.ndarray) -> np.ndarray:
+    """Per column, the median of the rows present there; NaN with fewer than MIN_REFERENCES."""
+    present = np.sum(~np.isnan(rows), axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a column with nothing: NaN
+        median = np.nanmedian(rows, axis=0) if rows.size else np.full(rows.shape[1], np.nan)
+    return np.where(present >= MIN_REFERENCES, median, np.nan)
+
+
+def _slope(reference: np.ndarray, own: np.ndarray) -> float:
+    """Least-squares slope of `own` on `reference` over the runs that have both, clipped
+    to [0, 1] (a benchmark cannot follow the machine backwards, nor more than fully); 0
+    unless the two correlate at FOLLOW_ALPHA, since over a dozen runs of independent noise
+    the slope alone often comes out near 1 by chance, and removing it would add noise."""
+    both = ~np.isnan(reference) & ~np.isnan(own)
+    if both.sum() < 4 or np.ptp(reference[both]) == 0 or np.ptp(own[both]) == 0:
+        return 0.0
+    fit = stats.linregress(reference[both], own[both])
+    if fit.slope <= 0 or fit.pvalue / 2 > FOLLOW_ALPHA:  # one-sided: only following counts
+        return 0.0
+    return float(min(fit.slope, 1.0))
+
+
+def machine_shares(history: History) -> dict[str, MachineShare]:
+    """Each series' share of the machine's moves, by series key; see the module docstring."""
+    logs, control = _matrix(history)
+    centred = _centred(np.vstack([logs, control]))
+    column = {run: i for i, run in enumerate(history.runs)}
+    shares = {}
+    for row, series in enumerate(history.series):
+        reference = _median_of_enough(np.delete(centred, row, axis=0))
+        beta = _slope(reference, centred[row])
+        at = [column[p.run] for p in series.points]
+        moves = beta * np.nan_to_num(reference[at], nan=0.0)
+        shares[series.key] = MachineShare(beta, moves)
+    return shares
+
+
+def all_benchmarks(history: History) -> Series | None:
+    """The median of every benchmark's distance from its own history's median, per run, as
+    a series of relative levels (1.0 = the history's usual speed); None with fewer than
+    MIN_REFERENCES benchmarks."""
+    if len(history.series) < MIN_REFERENCES:
+        return None
+    logs, _ = _matrix(history)
+    level = _median_of_enough(_centred(logs))
+    first = {}
+    for series in history.series:
+        for p in series.points:
+            first.setdefault(p.run, p)
+    points = tuple(Point(run=run, commit=first[run].commit, when=first[run].when,
+                         median_s=float(np.exp(value)), low_s=float(np.exp(value)),
+                         high_s=float(np.exp(value)))
+                   for run, value in zip(history.runs, level, strict=True)
+                   if not np.isnan(value) and run in first)
+    return Series("all benchmarks together", "all benchmarks together", None, points)
+
+
+def control_ratio(history: History, before: Collection[int],
+                  after: Collection[int]) -> float | None:
+    """The control's median over the runs numbered `after` / over those numbered `before`;
+    None where either side has no control."""
+    by_run = dict(zip(history.runs, history.control_s, strict=False))
+    a = [np.log(by_run[r]) for r in before if by_run.get(r)]
+    b = [np.log(by_run[r]) for r in after if by_run.get(r)]
+    if not a or not b:
+        return None
+    return float(np.exp(np.median(b) - np.median(a)))
