@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -11,7 +12,13 @@ from llmbench.errors import EXIT_OK, EXIT_REGRESSION
 from llmbench.gate.compare import DEFAULT_ALPHA
 from llmbench.gate.stats import threshold_for
 from llmbench.history.changepoints import NewestVerdict, Shift, find_shifts, judge_newest
-from llmbench.history.machine import all_benchmarks, control_ratio, machine_shares
+from llmbench.history.machine import (
+    MachineShare,
+    all_benchmarks,
+    control_ratio,
+    control_share,
+    machine_shares,
+)
 from llmbench.history.series import History, Series
 
 
@@ -28,9 +35,10 @@ class SeriesResult:
         return self.shifts[-1].index if self.shifts else 0
 
     def machine_ratio(self) -> float | None:
-        """How much of the newest run's ratio to its level the other benchmarks share."""
+        """How much of the newest run's ratio to its level the machine's share accounts
+        for (the other benchmarks', or for all benchmarks together the control's)."""
         level = self.moves[self.level_start():-1]
-        if not self.moves or not level:
+        if not self.moves or not level or self.newest.ratio is None:
             return None
         return math.exp(self.moves[-1] - sum(level) / len(level))
 
@@ -63,7 +71,8 @@ class HistoryResult:
 
     def control_move(self, shift: Shift) -> float | None:
         """The control workload's ratio across a shift of all benchmarks together (its
-        neighbouring levels): near 1 says the code moved them, with it the machine."""
+        neighbouring levels). Moving with them says the machine moved them; staying near 1
+        points at code that touched every benchmark."""
         if self.machine is None:
             return None
         points = self.machine.series.points
@@ -72,6 +81,15 @@ class HistoryResult:
         before = [p.run for p in points[bounds[i - 1]:shift.index]]
         after = [p.run for p in points[shift.index:bounds[i + 1]]]
         return control_ratio(self.history, before, after)
+
+    def control_newest(self) -> float | None:
+        """The control workload's ratio of the newest run to the runs of the newest level
+        of all benchmarks together: what the machine alone did to the newest run."""
+        if self.machine is None or len(self.machine.series.points) < 2:
+            return None
+        points = self.machine.series.points
+        level = [p.run for p in points[self.machine.level_start():-1]]
+        return control_ratio(self.history, level, [points[-1].run])
 
     @property
     def exit_code(self) -> int:
@@ -89,25 +107,69 @@ def judge_history(history: History, *, threshold: float | None = None,
     limits = {s.key: threshold if threshold is not None else threshold_for(s.name, s.group,
                                                                             history.device)
               for s in history.series}
-    results = []
-    for series in history.series:
-        share = shares[series.key]
-        results.append(_judge(series, series.log_medians - share.moves, history.newest,
-                              limits[series.key], alpha, m, share.beta, tuple(share.moves)))
+    control_s = dict(zip(history.runs, history.control_s, strict=False))
+    results = [_judge(series, shares[series.key], control_s, history.newest,
+                      limits[series.key], alpha, m) for series in history.series]
     machine = None
     if together is not None:
-        machine = _judge(together, np.log([p.median_s for p in together.points]),
+        machine = _judge(together, control_share(history, together), control_s,
                          history.newest, min(limits.values()), alpha, m)
     return HistoryResult(history, tuple(results), alpha, machine)
 
 
-def _judge(series: Series, x: np.ndarray, newest_run: int, limit: float, alpha: float, m: int,
-           beta: float = 0.0, moves: tuple[float, ...] = ()) -> SeriesResult:
-    shifts = find_shifts(x, alpha=alpha, benchmarks=m, threshold=limit)
+def _median_move(x: np.ndarray, before: slice, after: slice) -> float | None:
+    a, b = x[before], x[after]
+    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+    return float(np.median(b) - np.median(a)) if a.size and b.size else None
+
+
+def _beyond(move: float, direction: float, limit: float) -> bool:
+    return move * direction > 0 and abs(move) > math.log1p(limit)
+
+
+def _measured_too(raw: np.ndarray, control: np.ndarray, shifts: list[Shift],
+                  limit: float) -> list[Shift]:
+    """The shifts across which the measured medians moved the same way beyond the
+    threshold too, both as measured and against the control workload's move over the
+    same runs (where the runs have one). A benchmark that the code left alone while it
+    moved most of the others shows their move mirrored once their share is removed: its
+    measured medians did not move, or moved with the machine, which the control saw."""
+    bounds = [0, *(s.index for s in shifts), raw.size]
+    kept = []
+    for i, shift in enumerate(shifts, start=1):
+        before, after = slice(bounds[i - 1], shift.index), slice(shift.index, bounds[i + 1])
+        measured = _median_move(raw, before, after)
+        machine = _median_move(control, before, after) or 0.0
+        direction = math.log(shift.ratio)
+        if _beyond(measured, direction, limit) and _beyond(measured - machine, direction,
+                                                           limit):
+            kept.append(shift)
+    return kept
+
+
+def _judge(series: Series, share: MachineShare, control_s: dict[int, float | None],
+           newest_run: int, limit: float, alpha: float, m: int) -> SeriesResult:
+    raw = np.log([p.median_s for p in series.points])
+    control = np.log([control_s.get(p.run) or np.nan for p in series.points])
+    x = raw - share.moves
+    shifts = _measured_too(raw, control,
+                           find_shifts(x, alpha=alpha, benchmarks=m, threshold=limit), limit)
     # The newest run is judged only if it is the newest run of the history: a benchmark
     # the newest run lacks keeps its shifts but has no newest verdict.
     if not series.points or series.points[-1].run != newest_run:
         newest = NewestVerdict("not in the newest run", 0)
     else:
         newest = judge_newest(x, shifts, threshold=limit, alpha=alpha, benchmarks=m)
-    return SeriesResult(series, tuple(shifts), newest, limit, beta, moves)
+    result = SeriesResult(series, tuple(shifts), newest, limit, share.beta,
+                          tuple(float(v) for v in share.moves))
+    if newest.verdict in ("regression", "improvement"):
+        # As for change points: beyond the threshold as measured, and against the control.
+        start = result.level_start()
+        measured = math.log(newest.ratio * (result.machine_ratio() or 1.0))
+        machine = _median_move(control, slice(start, -1), slice(-1, None)) or 0.0
+        direction = 1.0 if newest.verdict == "regression" else -1.0
+        if not (_beyond(measured, direction, limit)
+                and _beyond(measured - machine, direction, limit)):
+            result = dataclasses.replace(result, newest=dataclasses.replace(
+                newest, verdict="consistent"))
+    return result

@@ -19,13 +19,18 @@ So each benchmark is judged after removing what it shares with the rest of the r
 - Change points and the newest run's verdict are found on log median - beta x reference.
 
 A change that slows every benchmark alike is then removed from each of them, so the
-median of all benchmarks is judged as a series of its own, "all benchmarks together": a
-shift there is the machine or code that touched everything, and the control's move beside
-it tells which.
+median of all benchmarks is judged as a series of its own, "all benchmarks together", after
+removing its share of the control's moves (the same slope rule): what is left there is code
+that touched everything, or a move of the machine that the control does not feel.
+
+A reference moves with the code too when the code moves most benchmarks, and a benchmark
+it did not touch then shows the mirror image. So `judge` keeps a change point or a
+regression only where the measured medians moved beyond the threshold as well.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -79,17 +84,37 @@ def _median_of_enough(rows: np.ndarray) -> np.ndarray:
 
 
 def _slope(reference: np.ndarray, own: np.ndarray) -> float:
-    """Least-squares slope of `own` on `reference` over the runs that have both, clipped
-    to [0, 1] (a benchmark cannot follow the machine backwards, nor more than fully); 0
-    unless the two correlate at FOLLOW_ALPHA, since over a dozen runs of independent noise
-    the slope alone often comes out near 1 by chance, and removing it would add noise."""
+    """How closely `own` follows `reference`: the least-squares slope of their run-to-run
+    differences, through the origin, clipped to [0, 1] (a benchmark cannot follow the
+    machine backwards, nor more than fully); 0 unless it is significant at FOLLOW_ALPHA
+    (one-sided t), since over a dozen runs of independent noise the slope alone often
+    comes out near 1 by chance, and removing it would add noise.
+
+    Differences, not levels: a step of the code is one difference among many there, while
+    on levels it would pull the slope towards a drift that happened to span it. Through
+    the origin, because a steady drift is part of what the benchmark shares: an intercept
+    would take it away from the slope."""
     both = ~np.isnan(reference) & ~np.isnan(own)
-    if both.sum() < 4 or np.ptp(reference[both]) == 0 or np.ptp(own[both]) == 0:
+    ref, y = np.diff(reference[both]), np.diff(own[both])
+    n = ref.size
+    sxx = float(np.dot(ref, ref))
+    if n < 4 or sxx == 0.0:
         return 0.0
-    fit = stats.linregress(reference[both], own[both])
-    if fit.slope <= 0 or fit.pvalue / 2 > FOLLOW_ALPHA:  # one-sided: only following counts
+    slope = float(np.dot(ref, y)) / sxx
+    residual = y - slope * ref
+    se = math.sqrt(float(np.dot(residual, residual)) / (n - 1) / sxx)
+    if slope <= 0 or (se > 0 and stats.t.sf(slope / se, n - 1) > FOLLOW_ALPHA):
         return 0.0
-    return float(min(fit.slope, 1.0))
+    return min(slope, 1.0)
+
+
+def _share(reference: np.ndarray, own: np.ndarray) -> MachineShare:
+    """`own`'s share of `reference`, aligned; none unless every run has a reference, so
+    that no run is judged raw beside others judged without the machine's share."""
+    if np.isnan(reference).any():
+        return MachineShare(0.0, np.zeros_like(own))
+    beta = _slope(reference, own)
+    return MachineShare(beta, beta * reference)
 
 
 def machine_shares(history: History) -> dict[str, MachineShare]:
@@ -100,11 +125,19 @@ def machine_shares(history: History) -> dict[str, MachineShare]:
     shares = {}
     for row, series in enumerate(history.series):
         reference = _median_of_enough(np.delete(centred, row, axis=0))
-        beta = _slope(reference, centred[row])
         at = [column[p.run] for p in series.points]
-        moves = beta * np.nan_to_num(reference[at], nan=0.0)
-        shares[series.key] = MachineShare(beta, moves)
+        shares[series.key] = _share(reference[at], centred[row][at])
     return shares
+
+
+def control_share(history: History, together: Series) -> MachineShare:
+    """All benchmarks together's share of the control workload's moves: what the machine
+    alone did to them, as far as the control feels it."""
+    _, control = _matrix(history)
+    column = {run: i for i, run in enumerate(history.runs)}
+    at = [column[p.run] for p in together.points]
+    own = np.log([p.median_s for p in together.points])
+    return _share(_centred(control)[at], own)
 
 
 def all_benchmarks(history: History) -> Series | None:

@@ -52,7 +52,8 @@ def _panel(ax, r: SeriesResult, relative: bool = False) -> None:
     if r.beta and len(r.moves) == len(mids):
         judged = [m * math.exp(-move) for m, move in zip(mids, r.moves, strict=True)]
         ax.plot(xs, judged, color="tab:blue", marker=".", markersize=5, linewidth=1.2,
-                label=f"without the machine's share (beta {r.beta:.2f})")
+                label=f"without the {'control' if relative else 'machine'}'s share "
+                      f"(beta {r.beta:.2f})")
     start = r.level_start()
     level = judged[start:-1]
     if level:  # the newest level, and the band a regression must leave

@@ -24,36 +24,37 @@ def _shifts(r: SeriesResult, result: HistoryResult | None = None) -> str:
     return "; ".join(_shift(r, s, result) for s in r.shifts) or "-"
 
 
-def _row(r: SeriesResult) -> tuple[str, ...]:
+def _level_median(r: SeriesResult) -> float | None:
+    """The median of the newest level's runs (newest excluded), in the series' unit."""
+    level = sorted(p.median_s for p in r.series.points[r.level_start():-1])
+    return level[len(level) // 2] if level else None
+
+
+def _row(r: SeriesResult, result: HistoryResult | None = None) -> tuple[str, ...]:
+    """One table row. The ratio and interval are as measured: the verdict was reached
+    without the machine's share, so its interval is moved by that share to compare."""
     v = r.newest
     points = r.series.points
-    level = points[r.level_start():-1]
-    level_median = sorted(p.median_s for p in level)[len(level) // 2] if level else None
-    interval = f"[{v.low:.3f}, {v.high:.3f}]" if v.low is not None else "-"
-    machine = r.machine_ratio() if v.ratio is not None else None
-    ratio = v.ratio * (machine or 1.0) if v.ratio is not None else None
-    return (r.series.name, str(len(points)), format_seconds(points[-1].median_s),
-            format_seconds(level_median) if level_median is not None else "-",
+    level = _level_median(r)
+    machine = r.machine_ratio()
+    share = machine or 1.0
+    ratio = v.ratio * share if v.ratio is not None else None
+    interval = f"[{v.low * share:.3f}, {v.high * share:.3f}]" if v.low is not None else "-"
+    if result is not None:  # all benchmarks together: levels relative to each one's usual
+        newest, level_cell = f"x{points[-1].median_s:.3f}", (
+            f"x{level:.3f}" if level is not None else "-")
+    else:
+        newest = format_seconds(points[-1].median_s)
+        level_cell = format_seconds(level) if level is not None else "-"
+    return (r.series.name, str(len(points)), newest, level_cell,
             f"{ratio:.3f}" if ratio is not None else "-",
-            f"{machine:.3f}" if machine is not None else "-", interval, v.verdict, _shifts(r))
-
-
-def _machine_row(result: HistoryResult) -> tuple[str, ...]:
-    r = result.machine
-    v = r.newest
-    points = r.series.points
-    level = points[r.level_start():-1]
-    level_median = sorted(p.median_s for p in level)[len(level) // 2] if level else None
-    interval = f"[{v.low:.3f}, {v.high:.3f}]" if v.low is not None else "-"
-    return (r.series.name, str(len(points)), f"x{points[-1].median_s:.3f}",
-            f"x{level_median:.3f}" if level_median is not None else "-",
-            f"{v.ratio:.3f}" if v.ratio is not None else "-", "-", interval, v.verdict,
+            f"{machine:.3f}" if machine is not None else "-", interval, v.verdict,
             _shifts(r, result))
 
 
 def _rows(result: HistoryResult) -> list[tuple[str, ...]]:
     return [*(_row(r) for r in result.results),
-            *([_machine_row(result)] if result.machine else [])]
+            *([_row(result.machine, result)] if result.machine else [])]
 
 
 def header_lines(result: HistoryResult) -> list[str]:
@@ -63,15 +64,17 @@ def header_lines(result: HistoryResult) -> list[str]:
             f"in {h.folder}",
             f"change points: PELT on log medians (penalty {PENALTY:g} sigma^2 ln n), each "
             f"kept only if a permutation test of its neighbouring levels passes alpha "
-            f"{result.alpha:g} for the whole history ({m} benchmarks) and moves the level "
-            f"beyond the threshold; 'same commit around it': the machine moved, not the code",
+            f"{result.alpha:g} for the whole history ({m} series) and moves the level, as "
+            f"judged and as measured, beyond the threshold; 'same commit around it': the "
+            f"machine moved, not the code",
             "each benchmark is judged after removing what it shares with the other "
-            "benchmarks and the control workload in the same run ('machine': that share of "
-            "its ratio); 'all benchmarks together' judges their median move, where the "
-            "control's move tells the machine (control moved too) from code that touched "
-            "everything (control still)",
+            "benchmarks and the control workload in the same run, and 'all benchmarks "
+            "together' (their median move) after removing what it shares with the control; "
+            "'machine' is that share of the newest run's measured ratio, and each change "
+            "point of all benchmarks together gives the control's move across it",
             f"newest run: against the prediction interval of its own level (runs since the "
-            f"last change point), at 1 - alpha/{m}; a regression also exceeds the threshold"]
+            f"last change point), at 1 - alpha/{m}; a regression also exceeds the threshold, "
+            f"as judged and as measured"]
 
 
 def summary_line(result: HistoryResult) -> str:
@@ -130,7 +133,9 @@ def to_json(result: HistoryResult) -> dict:
             "threshold": machine.threshold,
             "levels": {p.run: p.median_s for p in machine.series.points},
             "change_points": _change_points(machine, result),
-            "newest": vars(machine.newest),
+            "follows_control": machine.beta,
+            "newest": {**vars(machine.newest), "machine_ratio": machine.machine_ratio(),
+                       "control_ratio": result.control_newest()},
         },
     }
 
