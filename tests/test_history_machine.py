@@ -91,12 +91,16 @@ def test_the_same_drift_judged_one_benchmark_at_a_time_shows_change_points(tmp_p
     assert found >= 6
 
 
-def test_code_that_slows_decode_on_a_drifting_machine_is_found_at_its_run(tmp_path):
+def _code_change_at_run_7(tmp_path, group: str, factor: float, seed: int):
+    """12 runs on a drifting machine; from run 7 on, a new commit scales `group`."""
     env = tmp_path / "tiny-cpu-float32"
-    slowed = [1.0] * 6 + [1.2] * 6
-    commits = ["a" * 40] * 6 + ["b" * 40] * 6
-    _write(env, _drift(12, seed=11), code={"decode": slowed}, seed=11, commits=commits)
-    result = history.judge_history(history.load_history(env))
+    _write(env, _drift(12, seed=seed), code={group: [1.0] * 6 + [factor] * 6}, seed=seed,
+           commits=["a" * 40] * 6 + ["b" * 40] * 6)
+    return history.judge_history(history.load_history(env))
+
+
+def test_code_that_slows_decode_on_a_drifting_machine_is_found_at_its_run(tmp_path):
+    result = _code_change_at_run_7(tmp_path, "decode", 1.2, seed=11)
     for r in result.results:
         at = [r.shift_run(s) for s in r.shifts]
         if r.series.group == "decode":
@@ -130,11 +134,7 @@ def test_a_step_of_every_benchmark_the_control_misses_is_all_benchmarks_together
 def test_code_that_speeds_up_most_benchmarks_leaves_the_others_alone(tmp_path):
     # Their reference (the median of the others) moves with the code, so without the check
     # against the measured medians the untouched decode benchmarks would show it mirrored.
-    env = tmp_path / "tiny-cpu-float32"
-    faster = [1.0] * 6 + [0.7] * 6
-    commits = ["a" * 40] * 6 + ["b" * 40] * 6
-    _write(env, _drift(12, seed=5), code={"prefill": faster}, seed=5, commits=commits)
-    result = history.judge_history(history.load_history(env))
+    result = _code_change_at_run_7(tmp_path, "prefill", 0.7, seed=5)
     for r in result.results:
         if r.series.group == "decode":
             assert r.shifts == () and r.newest.verdict == "consistent", r.series.name
