@@ -260,10 +260,14 @@ def test_a_failing_side_is_one_line_exit_2_with_both_workers_ended(fake_repo, tm
 def test_ctrl_c_ends_both_workers_removes_the_worktree_and_prints_what_was_decided(
         fake_repo, tmp_path, stop):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # Ctrl-C reaches a command run from a terminal, whose SIGINT is the default. A suite
+    # started in the background by a non-interactive shell (`.ci/run &`) inherits SIGINT
+    # ignored, and so would the command: give it the terminal's disposition.
     proc = subprocess.Popen(
         [LLMBENCH, "ab", "HEAD", "--threshold", "0.001%", "--alpha", "1e-9",
          "--max-pairs", "10000"], cwd=fake_repo, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     trace = tmp_path / "trace.txt"
     give_up = time.monotonic() + 120
     while not (trace.exists() and len(trace.read_text().splitlines()) >= 20):
