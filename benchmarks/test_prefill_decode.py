@@ -1,11 +1,13 @@
 """Prefill against decode: the per-token cost of processing the prompt in one pass, against
-generating one token at a time, early in a sequence and late in it."""
+generating one token at a time, early in a sequence and late in it. Both run on the
+session's KV cache kind (`--cache`); a static one is allocated for exactly what the case
+stores."""
 
 import pytest
 import torch
 
 from fixtures.timing import Work
-from llmbench.engine.loop import decode_step, prefill
+from llmbench.engine.loop import decode_step, prefill, request_cache
 
 
 @pytest.mark.benchmark(group="prefill")
@@ -15,7 +17,7 @@ def test_prefill(measure, model, prompt_ids, prefill_tokens):
 
     @torch.inference_mode()
     def first_token():
-        logits, _ = prefill(model, input_ids)
+        logits, _ = prefill(model, input_ids, cache=request_cache(model, prefill_tokens))
         logits.argmax(dim=-1)
         return Work(prefill_tokens, 1)
 
@@ -32,7 +34,8 @@ def test_decode_steps(measure, model, prompt_ids, bench_settings, decode_context
 
     @torch.inference_mode()
     def prefilled():
-        logits, cache = prefill(model, input_ids)
+        empty = request_cache(model, decode_context + steps)
+        logits, cache = prefill(model, input_ids, cache=empty)
         return (logits.argmax(dim=-1, keepdim=True), cache), {}
 
     @torch.inference_mode()

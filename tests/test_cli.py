@@ -56,6 +56,9 @@ def no_cuda(monkeypatch):
     (["--top-p", "0"], ["--top-p", "must be in (0, 1]"]),
     (["--threads", "0"], ["--threads", "must be at least 1, got 0"]),
     (["--engine", "vllm"], ["--engine", "invalid choice: 'vllm'"]),
+    (["--cache", "paged"], ["--cache", "invalid choice: 'paged'"]),
+    (["--compile"], ["--compile needs --cache static"]),
+    (["--attn", "flash"], ["--attn", "invalid choice: 'flash'"]),
 ])
 def test_bad_flags_are_one_line_usage_errors(capsys, argv, fragments):
     code, out, err = run_main(["generate", "--model", "tiny", *argv], capsys)
@@ -110,6 +113,13 @@ def test_no_cache_with_the_hf_engine_is_a_user_error(capsys):
     assert_user_error(code, err, "--no-cache applies to the loop engine only")
 
 
+def test_no_cache_with_a_static_cache_is_a_user_error(capsys, monkeypatch):
+    monkeypatch.setattr(models, "load_model", lambda *a: pytest.fail("loaded the model"))
+    code, _, err = run_main(["generate", "--model", "tiny", "--device", "cpu",
+                             "--cache", "static", "--no-cache"], capsys)
+    assert_user_error(code, err, "--no-cache contradicts --cache static")
+
+
 def _absent_device() -> str:
     return next(d for d in ("cuda", "mps") if d not in available_devices())
 
@@ -124,12 +134,15 @@ def test_real_process_prints_one_line_and_exits_2():
     assert_user_error(proc.returncode, proc.stderr, fragment)
 
 
-@pytest.mark.parametrize("extra, engine", [
-    ([], "loop"),
-    (["--engine", "hf"], "hf"),
-    (["--no-cache"], "loop-nocache"),
+@pytest.mark.parametrize("extra, engine, kv_cache, attn", [
+    ([], "loop", "dynamic", "sdpa"),
+    (["--engine", "hf"], "hf", "dynamic", "sdpa"),
+    (["--no-cache"], "loop-nocache", None, "sdpa"),
+    (["--cache", "static"], "loop", "static", "sdpa"),
+    (["--engine", "hf", "--cache", "static", "--attn", "eager"], "hf", "static", "eager"),
+    (["--cache", "static", "--compile"], "loop", "static", "sdpa"),
 ])
-def test_generate_json(capsys, extra, engine):
+def test_generate_json(capsys, extra, engine, kv_cache, attn):
     code, out, err = run_main(["generate", "--model", "tiny", "--device", "cpu",
                                "--max-new-tokens", "4", "--fixed-length", "--json", *extra],
                               capsys)
@@ -140,6 +153,9 @@ def test_generate_json(capsys, extra, engine):
     assert len(record["decode_times_s"]) == 3
     assert record["finish_reason"] == "length"
     assert record["engine"] == engine
+    assert record["kv_cache"] == kv_cache
+    assert record["attn"] == attn
+    assert record["compiled"] is ("--compile" in extra)
     assert record["device"] == "cpu"
     assert record["model"]["name"] == "tiny"
     assert record["model"]["architecture"] == "LlamaForCausalLM"
@@ -147,14 +163,16 @@ def test_generate_json(capsys, extra, engine):
     assert "Traceback" not in err
 
 
-def test_generate_json_is_the_same_from_both_engines(capsys):
+def test_generate_json_is_the_same_from_both_engines_and_caches(capsys):
     base = ["generate", "--model", "tiny", "--device", "cpu", "--max-new-tokens", "5",
             "--fixed-length", "--json", "--no-chat", "--prompt", "Hello there"]
     loop = json.loads(run_main(base, capsys)[1])
-    hf = json.loads(run_main([*base, "--engine", "hf"], capsys)[1])
-    assert loop["token_ids"] == hf["token_ids"]
-    assert loop["text"] == hf["text"]
-    assert loop["input_tokens"] == hf["input_tokens"]
+    for extra in (["--engine", "hf"], ["--cache", "static"],
+                  ["--engine", "hf", "--cache", "static"]):
+        other = json.loads(run_main([*base, *extra], capsys)[1])
+        assert other["token_ids"] == loop["token_ids"], extra
+        assert other["text"] == loop["text"], extra
+        assert other["input_tokens"] == loop["input_tokens"], extra
 
 
 @pytest.mark.parametrize("engine", ["loop", "hf"])
@@ -174,7 +192,7 @@ def test_generate_plain_prints_text_then_a_summary_line(capsys):
     assert code == 0
     assert out.endswith("\n")
     summary = err.splitlines()[-1]
-    assert summary.startswith("[tiny on cpu, loop]")
+    assert summary.startswith("[tiny on cpu, loop, dynamic cache]")
     assert "3 out (length)" in summary
 
 

@@ -14,7 +14,15 @@ from llmbench import runs
 from llmbench.argtypes import one_of, whole_number
 from llmbench.bench.profiles import DEFAULT_PROFILE, PROFILES, SWEEP_ARGNAMES
 from llmbench.bench.settings import SETTINGS_KEY, BenchSettings
-from llmbench.engine.config import DEVICES, DTYPES, EngineConfig, default_of
+from llmbench.engine.compiled import check_compile_supported
+from llmbench.engine.config import (
+    ATTENTIONS,
+    DEVICES,
+    DTYPES,
+    KV_CACHES,
+    EngineConfig,
+    default_of,
+)
 from llmbench.engine.device import resolve_device, resolve_dtype
 from llmbench.errors import UserError
 from llmbench.serve.client import APIS as SERVER_APIS
@@ -32,6 +40,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"one of {', '.join(DTYPES)}. Default: %(default)r")
     group.addoption("--threads", default=d("threads"), type=whole_number(1), metavar="N",
                     help="torch CPU threads. Default: %(default)r (torch's choice)")
+    group.addoption("--attn", default=d("attn"), type=one_of(*ATTENTIONS), metavar="IMPL",
+                    help=f"attention implementation, one of {', '.join(ATTENTIONS)} (auto: "
+                         "the model's own choice; the engines group measures its own "
+                         "configurations on the model's choice, and eager beside them). "
+                         "Default: %(default)r")
+    group.addoption("--cache", dest="kv_cache", default=d("kv_cache"),
+                    type=one_of(*KV_CACHES), metavar="KIND",
+                    help=f"the KV cache of every generation on our loop or model.generate, "
+                         f"one of {', '.join(KV_CACHES)} (the server's continuous batching "
+                         "always grows dynamic caches; the engines group measures both "
+                         "side by side whatever this says). Default: %(default)r")
+    group.addoption("--compile", action="store_true", default=d("compile"),
+                    help="torch.compile the decode step (needs --cache static): each case "
+                         "compiles its shapes in an untimed call first, reported apart, and "
+                         "fails if anything compiles during its rounds. Default: %(default)r")
     group.addoption("--profile", default=DEFAULT_PROFILE, type=one_of(*PROFILES),
                     metavar="NAME", help=f"one of {', '.join(PROFILES)}. Default: %(default)r")
     group.addoption("--rounds", default=None, type=whole_number(1), metavar="N",
@@ -62,8 +85,11 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
     opt = config.getoption
     try:
         engine = EngineConfig(model=opt("model"), device=opt("device"), dtype=opt("dtype"),
-                              threads=opt("threads"))
+                              threads=opt("threads"), kv_cache=opt("kv_cache"),
+                              compile=opt("compile"), attn=opt("attn"))
         device = resolve_device(engine.device)
+        if engine.compile:
+            check_compile_supported(device)
         dtype = resolve_dtype(engine.dtype, device)
     except UserError as exc:
         raise pytest.UsageError(str(exc)) from None

@@ -37,7 +37,7 @@ class BenchSettings:
     def run_folder(self) -> Path:
         """Where this environment's runs are saved, and where `latest` looks."""
         return Path(self.baseline_dir) / environment_key(self.engine.model, self.device,
-                                                         self.dtype)
+                                                         self.dtype, self.engine.variant)
 
 
 # Where pytest_configure leaves the validated settings for fixtures and hooks to read.

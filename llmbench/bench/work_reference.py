@@ -98,7 +98,7 @@ def _counts(output: dict) -> dict[str, dict]:
 
 def reference_path(config: pytest.Config, folder: Path) -> Path:
     s = config.stash[SETTINGS_KEY]
-    return folder / f"{environment_key(s.engine.model, s.device, s.dtype)}.json"
+    return folder / f"{environment_key(s.engine.model, s.device, s.dtype, s.engine.variant)}.json"
 
 
 def _save(config: pytest.Config, state: ReferenceState, output: dict) -> None:

@@ -8,7 +8,15 @@ from __future__ import annotations
 import argparse
 
 from llmbench import argtypes
-from llmbench.engine.config import DEVICES, DTYPES, EngineConfig, SamplingParams, default_of
+from llmbench.engine.config import (
+    ATTENTIONS,
+    DEVICES,
+    DTYPES,
+    KV_CACHES,
+    EngineConfig,
+    SamplingParams,
+    default_of,
+)
 
 positive_int = argtypes.whole_number(1)
 non_negative_int = argtypes.whole_number(0)
@@ -18,7 +26,7 @@ probability = argtypes.number("a number in (0, 1]", lambda v: 0.0 < v <= 1.0, "i
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """--model --device --dtype --threads, defaults from EngineConfig."""
+    """--model --device --dtype --threads --attn, defaults from EngineConfig."""
     d = lambda name: default_of(EngineConfig, name)  # noqa: E731
     parser.add_argument("--model", default=d("model"), metavar="NAME",
                         help="registered name (see `llmbench models`), hub id or local "
@@ -29,6 +37,22 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Default: %(default)r (float32 on cpu, half precision on GPUs)")
     parser.add_argument("--threads", type=positive_int, default=d("threads"), metavar="N",
                         help="torch CPU threads. Default: torch's choice")
+    parser.add_argument("--attn", choices=ATTENTIONS, default=d("attn"),
+                        help="attention: the model's own choice (auto), transformers' SDPA "
+                             "wrapper (fused kernels where the device has them) or its eager "
+                             "matmul-softmax-matmul. Default: %(default)r")
+
+
+def add_cache_argument(parser: argparse.ArgumentParser) -> None:
+    """--cache and --compile, for the commands whose generations run on our loop or
+    `model.generate` (the server's continuous batching always grows dynamic caches)."""
+    parser.add_argument("--cache", dest="kv_cache", choices=KV_CACHES,
+                        default=default_of(EngineConfig, "kv_cache"),
+                        help="the KV cache: dynamic grows each step; static is preallocated "
+                             "for the prompt plus --max-new-tokens. Default: %(default)r")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the decode steps (needs --cache static); the "
+                             "first generation of each shape includes compiling")
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +74,9 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
-                        threads=args.threads)
+                        threads=args.threads,
+                        kv_cache=getattr(args, "kv_cache", default_of(EngineConfig, "kv_cache")),
+                        compile=getattr(args, "compile", False), attn=args.attn)
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:

@@ -8,32 +8,43 @@ import json
 import sys
 
 from llmbench.cli.args import (
+    add_cache_argument,
     add_engine_arguments,
     add_sampling_arguments,
     engine_config,
     sampling_params,
 )
 from llmbench.engine.config import ENGINES
-from llmbench.errors import EXIT_OK
+from llmbench.errors import EXIT_OK, UserError
 
 DEFAULT_PROMPT = "Explain in two sentences what a KV cache does in a language model."
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from llmbench.engine.attention import attention_of
     from llmbench.engine.models import load_model
     from llmbench.engine.paths import run_generation
 
     params = sampling_params(args)  # validate the request before the slow model load
-    lm = load_model(engine_config(args))
+    config = engine_config(args)
+    if args.no_cache and config.kv_cache != "dynamic":
+        raise UserError(f"--no-cache contradicts --cache {config.kv_cache}: drop one of them")
+    lm = load_model(config)
     result = run_generation(lm, args.prompt, params, engine=args.engine,
                             use_cache=not args.no_cache, chat=not args.no_chat)
     if args.json:
-        record = {**result.to_dict(), "model": lm.fingerprint, "device": str(lm.device)}
+        record = {**result.to_dict(), "model": lm.fingerprint, "device": str(lm.device),
+                  "kv_cache": None if args.no_cache else lm.kv_cache,
+                  "compiled": lm.compiled_decoder is not None,
+                  "attn": attention_of(lm.model)}
         print(json.dumps(record, indent=2))
     else:
         print(result.text)
         ms = result.decode_ms_per_token
-        print(f"[{lm.name} on {lm.device}, {args.engine}] {result.input_tokens} in, "
+        cache = "no cache" if args.no_cache else f"{lm.kv_cache} cache"
+        if lm.compiled_decoder is not None:
+            cache += ", compiled"
+        print(f"[{lm.name} on {lm.device}, {args.engine}, {cache}] {result.input_tokens} in, "
               f"{result.output_tokens} out ({result.finish_reason}), "
               f"TTFT {result.ttft_s * 1e3:.0f} ms, "
               f"decode {'-' if ms is None else f'{ms:.1f}'} ms/token, "
@@ -52,6 +63,7 @@ def register(subparsers) -> None:
     """Add `generate` and `models` to the `llmbench` command."""
     gen = subparsers.add_parser("generate", help="generate once and print the text and timings")
     add_engine_arguments(gen)
+    add_cache_argument(gen)
     add_sampling_arguments(gen)
     gen.add_argument("--engine", choices=ENGINES, default=ENGINES[0],
                      help="loop: our prefill/decode loop; hf: model.generate. "

@@ -32,7 +32,8 @@ def left_pad(prompts: list[list[int]], pad_id: int, device: torch.device
 
 
 def generate_static_batch(lm: LoadedModel, prompts: list[list[int]], params: SamplingParams,
-                          use_cache: bool = True) -> list[GenerationResult]:
+                          use_cache: bool = True, kv_cache: str | None = None
+                          ) -> list[GenerationResult]:
     """Generate for all prompts at once; each row stops on its own EOS or at the limit,
     and the batch stops when every row has."""
     for prompt in prompts:
@@ -43,7 +44,7 @@ def generate_static_batch(lm: LoadedModel, prompts: list[list[int]], params: Sam
         attention_mask = None
     events: list[list[TokenEvent]] = [[] for _ in prompts]
     done = [False] * len(prompts)
-    steps = decode_loop(lm, input_ids, attention_mask, params, use_cache)
+    steps = decode_loop(lm, input_ids, attention_mask, params, use_cache, kv_cache)
     try:
         for index in range(params.max_new_tokens):
             tokens, elapsed = next(steps)

@@ -19,6 +19,14 @@ ENGINES = ("loop", "hf")
 # front ends that only parse flags (`llmbench compare --help`) never load torch.
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+# The KV cache a generation decodes on: transformers' growing DynamicCache, or its
+# preallocated StaticCache (see `llmbench.engine.kv_cache`).
+KV_CACHES = ("dynamic", "static")
+# Attention implementations: the model's own choice (transformers picks its SDPA wrapper
+# where the architecture supports it), or one of the two that run on every device: the
+# SDPA wrapper (a fused kernel where the device has one) and transformers' eager
+# matmul-softmax-matmul.
+ATTENTIONS = ("auto", "sdpa", "eager")
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,9 @@ class EngineConfig:
     device: str = "auto"
     dtype: str = "auto"
     threads: int | None = None
+    kv_cache: str = KV_CACHES[0]
+    compile: bool = False  # torch.compile of the decode step (needs the static cache)
+    attn: str = ATTENTIONS[0]
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -39,6 +50,24 @@ class EngineConfig:
             raise UserError(f"unknown dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
         if self.threads is not None and self.threads < 1:
             raise UserError(f"--threads must be at least 1, got {self.threads}")
+        if self.kv_cache not in KV_CACHES:
+            raise UserError(f"unknown KV cache {self.kv_cache!r}: choose one of "
+                            f"{', '.join(KV_CACHES)}")
+        if self.attn not in ATTENTIONS:
+            raise UserError(f"unknown attention {self.attn!r}: choose one of "
+                            f"{', '.join(ATTENTIONS)}")
+        if self.compile and self.kv_cache != "static":
+            raise UserError("--compile needs --cache static: a dynamic cache changes shape at "
+                            "every decode step, so every step would compile anew")
+
+    @property
+    def variant(self) -> str:
+        """What sets this configuration's runs apart from the default engine's ('' for the
+        default): runs of different variants are saved and compared apart."""
+        parts = [f"{self.kv_cache}-cache" if self.kv_cache != KV_CACHES[0] else "",
+                 "compiled" if self.compile else "",
+                 f"{self.attn}-attn" if self.attn != ATTENTIONS[0] else ""]
+        return "-".join(filter(None, parts))
 
 
 @dataclass(frozen=True)

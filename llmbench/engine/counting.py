@@ -22,13 +22,14 @@ a change that makes the code do more shows up exactly, in one run.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
+
+from llmbench.engine.compiled import NOTHING_COMPILED, compile_counts
 
 
 def _attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs):
@@ -154,25 +155,16 @@ class _WorkCounter(TorchDispatchMode):
         return out
 
 
-def _dynamo_counts() -> tuple[int, int] | None:
-    """(graphs compiled, graph breaks) so far in this process; None if dynamo is unused."""
-    if "torch._dynamo" not in sys.modules:  # importing it just to read zeros costs ~1 s
-        return None
-    from torch._dynamo.utils import counters
-    return (int(counters["stats"]["unique_graphs"]),
-            int(sum(counters["graph_break"].values())))
-
-
 def count_work(fn: Callable, *args, **kwargs) -> tuple[object, WorkCount]:
     """Run `fn(*args, **kwargs)` once, counting its work; returns (its result, the count)."""
-    before = _dynamo_counts()
+    before = compile_counts()
     with _WorkCounter() as counter:
         result = fn(*args, **kwargs)
-    after = _dynamo_counts()
+    after = compile_counts()
     compiled = breaks = None
     if after is not None:
-        base = before or (0, 0)
-        compiled, breaks = after[0] - base[0], after[1] - base[1]
+        delta = after - (before or NOTHING_COMPILED)
+        compiled, breaks = delta.graphs, delta.graph_breaks
     return result, WorkCount(ops=dict(counter.ops), flops=counter.flops,
                              bytes_read=counter.bytes_read, bytes_written=counter.bytes_written,
                              graphs_compiled=compiled, graph_breaks=breaks)

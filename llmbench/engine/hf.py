@@ -12,7 +12,9 @@ import dataclasses
 
 import torch
 
+from llmbench.engine.compiled import hf_compile_kwargs
 from llmbench.engine.config import SamplingParams
+from llmbench.engine.kv_cache import hf_generate_kwargs
 from llmbench.engine.loop import GenerationResult, TokenEvent, build_result, check_fits
 from llmbench.engine.models import LoadedModel
 from llmbench.engine.timing import Stopwatch
@@ -55,22 +57,33 @@ def _generate_kwargs(lm: LoadedModel, params: SamplingParams) -> dict:
 
 
 @torch.inference_mode()
-def _run(lm: LoadedModel, input_ids, attention_mask, params: SamplingParams, streamer):
+def _run(lm: LoadedModel, input_ids, attention_mask, params: SamplingParams, streamer,
+         kv_cache: str | None):
     if params.seed is not None:
         torch.manual_seed(params.seed)  # HF samples from the global generator
+    kind = kv_cache or lm.kv_cache
+    cache_kwargs = hf_generate_kwargs(kind)
+    if kind == "static":
+        # generate sizes a static cache for the longest request it has seen on this model
+        # (grow-only, to spare recompiles), so a case's cost would depend on the cases before
+        # it. Forgetting that length sizes it for this request, as our loop does.
+        vars(lm.model).pop("_previous_max_cache_length", None)
+    if lm.compiled_decoder is not None and kind == "static":
+        cache_kwargs.update(hf_compile_kwargs())  # compiled as our loop is
     return lm.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                             streamer=streamer, **_generate_kwargs(lm, params))
+                             streamer=streamer, **_generate_kwargs(lm, params), **cache_kwargs)
 
 
-def hf_generate(lm: LoadedModel, prompt_ids: list[int], params: SamplingParams
-                ) -> GenerationResult:
-    """One sequence through `model.generate`, with per-token timestamps."""
+def hf_generate(lm: LoadedModel, prompt_ids: list[int], params: SamplingParams,
+                kv_cache: str | None = None) -> GenerationResult:
+    """One sequence through `model.generate`, with per-token timestamps. `kv_cache`: the
+    cache kind (`llmbench.engine.kv_cache`); None: the model's default."""
     check_fits(lm, len(prompt_ids), params)
     input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=lm.device)
     attention_mask = torch.ones_like(input_ids)
     watch = Stopwatch(lm.device)
     streamer = _TimingStreamer(watch)
-    output = _run(lm, input_ids, attention_mask, params, streamer)
+    output = _run(lm, input_ids, attention_mask, params, streamer, kv_cache)
     latency = watch.elapsed()
     new_ids = output[0, input_ids.shape[1]:].tolist()
     if not params.ignore_eos:
@@ -88,8 +101,8 @@ def _cut_after_eos(ids: list[int], eos: frozenset[int]) -> list[int]:
     return ids
 
 
-def hf_generate_batch(lm: LoadedModel, prompts: list[list[int]], params: SamplingParams
-                      ) -> list[GenerationResult]:
+def hf_generate_batch(lm: LoadedModel, prompts: list[list[int]], params: SamplingParams,
+                      kv_cache: str | None = None) -> list[GenerationResult]:
     """A left-padded static batch through `model.generate`. Only the batch's latency is
     measured: each result's TTFT is None and it has no decode times."""
     from llmbench.engine.batching import left_pad
@@ -98,7 +111,7 @@ def hf_generate_batch(lm: LoadedModel, prompts: list[list[int]], params: Samplin
         check_fits(lm, len(prompt), params)
     input_ids, attention_mask = left_pad(prompts, lm.pad_token_id, lm.device)
     watch = Stopwatch(lm.device)
-    output = _run(lm, input_ids, attention_mask, params, None)
+    output = _run(lm, input_ids, attention_mask, params, None, kv_cache)
     latency = watch.elapsed()
     results = []
     for row, prompt in zip(output[:, input_ids.shape[1]:].tolist(), prompts, strict=True):

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from llmbench.engine.config import SamplingParams
+from llmbench.engine.kv_cache import full_width_mask, is_static, new_cache
 from llmbench.engine.models import LoadedModel
 from llmbench.engine.timing import Stopwatch
 from llmbench.errors import UserError
@@ -73,25 +74,39 @@ def _cache_keyword(model_cls: type) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _forward(model, input_ids, attention_mask, position_ids, cache, use_cache: bool):
+def _forward(model, input_ids, attention_mask, position_ids, cache, use_cache: bool,
+             call=None):
+    """One forward pass through `call` (a compiled version of the model's call; None: the
+    model itself)."""
     kwargs = {_cache_keyword(type(model)): cache}
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                use_cache=use_cache, logits_to_keep=1, **kwargs)
+    out = (call or model)(input_ids=input_ids, attention_mask=attention_mask,
+                          position_ids=position_ids, use_cache=use_cache, logits_to_keep=1,
+                          **kwargs)
     new_cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
     return out.logits[:, -1, :], new_cache  # logits: [batch, vocab]
 
 
 def prefill(lm: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-            position_ids: torch.Tensor | None = None):
-    """Run the whole prompt once ([batch, seq]); returns (last-position logits, KV cache)."""
-    return _forward(lm.model, input_ids, attention_mask, position_ids, None, use_cache=True)
+            position_ids: torch.Tensor | None = None, cache=None):
+    """Run the whole prompt once ([batch, seq]); returns (last-position logits, KV cache).
+    `cache`: an empty cache to fill (a preallocated one); None lets the model grow its own."""
+    return _forward(lm.model, input_ids, attention_mask, position_ids, cache, use_cache=True)
+
+
+def request_cache(lm: LoadedModel, max_len: int, kind: str | None = None):
+    """The empty cache one request starts on: of `kind` (None: the model's default), able to
+    hold `max_len` positions per row; None when the model should grow its own."""
+    return new_cache(lm.model, kind or lm.kv_cache, max_len)
 
 
 def decode_step(lm: LoadedModel, token_ids: torch.Tensor, cache,
                 attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None):
-    """Feed one token per sequence ([batch, 1]) on top of `cache`; returns (logits, cache)."""
-    return _forward(lm.model, token_ids, attention_mask, position_ids, cache, use_cache=True)
+    """Feed one token per sequence ([batch, 1]) on top of `cache`; returns (logits, cache).
+    Runs compiled when the model has a compiled decoder and the cache is static."""
+    call = lm.compiled_decoder if is_static(cache) else None
+    return _forward(lm.model, token_ids, attention_mask, position_ids, cache, use_cache=True,
+                    call=call)
 
 
 def sample_next(logits: torch.Tensor, params: SamplingParams,
@@ -159,20 +174,31 @@ def check_fits(lm: LoadedModel, num_input_tokens: int, params: SamplingParams) -
 
 @torch.inference_mode()
 def decode_loop(lm: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                params: SamplingParams, use_cache: bool = True
+                params: SamplingParams, use_cache: bool = True, kv_cache: str | None = None
                 ) -> Iterator[tuple[torch.Tensor, float]]:
-    """Yield (next tokens [batch], seconds since start) once per step, indefinitely.
+    """Yield (next tokens [batch], seconds since start) once per step.
 
-    The caller stops it (EOS, token limit). `attention_mask` is needed only when rows are
-    left-padded. With `use_cache=False` every step recomputes the whole sequence: the
-    kv-cache experiment's cache-off side.
+    The caller stops it (EOS, token limit): a dynamic cache grows as long as it is asked to,
+    a static one is sized for `params.max_new_tokens` tokens, so ask for no more.
+    `attention_mask` is needed only when rows are left-padded. With `use_cache=False` every
+    step recomputes the whole sequence: the kv-cache experiment's cache-off side.
+    `kv_cache` picks the cache kind (`llmbench.engine.kv_cache`); None: the model's default.
     """
     device = lm.device
     generator = sampling_generator(params, device)
     position_ids = positions_from_mask(attention_mask) if attention_mask is not None else None
     watch = Stopwatch(device)
+    written = input_ids.shape[1]  # positions in the cache after prefill
+    fixed_width = False
     if use_cache:
-        logits, cache = prefill(lm, input_ids, attention_mask, position_ids)
+        # Preallocating is part of the request's cost, as it is for `model.generate`. The
+        # last token is returned, never fed back: the cache holds one position fewer than
+        # the prompt plus every new token, the length `model.generate` allocates too.
+        max_len = written + params.max_new_tokens - 1
+        empty = request_cache(lm, max_len, kv_cache)
+        if attention_mask is not None and is_static(empty):
+            attention_mask, fixed_width = full_width_mask(attention_mask, max_len), True
+        logits, cache = prefill(lm, input_ids, attention_mask, position_ids, empty)
     else:
         logits, _ = _forward(lm.model, input_ids, attention_mask, position_ids, None, False)
     sequence = input_ids
@@ -180,9 +206,13 @@ def decode_loop(lm: LoadedModel, input_ids: torch.Tensor, attention_mask: torch.
         next_tokens = sample_next(logits, params, generator)
         yield next_tokens, watch.elapsed()
         if attention_mask is not None:
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(
-                next_tokens), 1))], dim=-1)
+            if fixed_width:
+                attention_mask[:, written] = 1
+            else:
+                attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(
+                    next_tokens), 1))], dim=-1)
             position_ids = position_ids[:, -1:] + 1
+        written += 1
         if use_cache:
             logits, cache = decode_step(lm, next_tokens[:, None], cache, attention_mask,
                                         position_ids)
@@ -199,9 +229,10 @@ def _prompt_tensor(lm: LoadedModel, prompt_ids: list[int], params: SamplingParam
 
 
 def stream(lm: LoadedModel, prompt_ids: list[int], params: SamplingParams,
-           use_cache: bool = True) -> Iterator[TokenEvent]:
+           use_cache: bool = True, kv_cache: str | None = None) -> Iterator[TokenEvent]:
     """Yield each token of one sequence as it is produced, stopping on EOS or the limit."""
-    steps = decode_loop(lm, _prompt_tensor(lm, prompt_ids, params), None, params, use_cache)
+    steps = decode_loop(lm, _prompt_tensor(lm, prompt_ids, params), None, params, use_cache,
+                        kv_cache)
     try:
         for index in range(params.max_new_tokens):
             tokens, elapsed = next(steps)
@@ -234,8 +265,8 @@ def build_result(lm: LoadedModel, input_tokens: int, events: list[TokenEvent],
 
 
 def generate(lm: LoadedModel, prompt_ids: list[int], params: SamplingParams,
-             use_cache: bool = True) -> GenerationResult:
+             use_cache: bool = True, kv_cache: str | None = None) -> GenerationResult:
     """Our loop: prefill once, then one decode step per token."""
-    events = list(stream(lm, prompt_ids, params, use_cache))
+    events = list(stream(lm, prompt_ids, params, use_cache, kv_cache))
     return build_result(lm, len(prompt_ids), events, params, "loop" if use_cache else
                         "loop-nocache")

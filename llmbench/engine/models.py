@@ -26,6 +26,8 @@ import torch
 
 from llmbench.engine import cache, gguf
 from llmbench.engine.allocator import steady_malloc
+from llmbench.engine.attention import set_attention
+from llmbench.engine.compiled import check_compile_supported, compiled_decoder
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.device import resolve_device, resolve_dtype, set_threads
 from llmbench.engine.timing import Stopwatch
@@ -56,6 +58,10 @@ class LoadedModel:
     fingerprint: dict
     load_seconds: float
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+    kv_cache: str = "dynamic"  # the cache a generation uses unless it asks for another
+    # The compiled call that decode steps on a static cache run through (`compiled`); None:
+    # every step runs eagerly.
+    compiled_decoder: Callable | None = None
 
     @property
     def context_length(self) -> int:
@@ -223,12 +229,16 @@ def load_model(config: EngineConfig) -> LoadedModel:
     """Load `config.model` onto the configured device and dtype, in eval mode."""
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
+    if config.compile:
+        check_compile_supported(device)  # before the slow load
     set_threads(config.threads)
     steady_malloc()  # before the weights: every process then faults alike (see allocator)
     _quiet_transformers()
     watch = Stopwatch(device)
     model, tokenizer, source = _loader_for(config.model)(dtype)
     model = model.to(device=device, dtype=dtype).eval()
+    if config.attn != "auto":
+        set_attention(model, config.attn)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     loaded_in = watch.elapsed()
@@ -241,7 +251,9 @@ def load_model(config: EngineConfig) -> LoadedModel:
     }
     return LoadedModel(name=config.model, model=model, tokenizer=tokenizer, device=device,
                        dtype=dtype, fingerprint=fingerprint, load_seconds=loaded_in,
-                       eos_token_ids=_eos_ids(model, tokenizer))
+                       eos_token_ids=_eos_ids(model, tokenizer), kv_cache=config.kv_cache,
+                       compiled_decoder=compiled_decoder(model, device) if config.compile
+                       else None)
 
 
 def load_tokenizer(name: str):

@@ -118,7 +118,22 @@ def engines(fig, run, baseline):
     bar_figure(fig, run, baseline, group="engines",
                category_of=lambda b: "batch of "
                f"{b.value('engine_batch') or b.value('batch_size')}",
-               series_of=lambda b: str(b.value("engine")),
-               what="Our prefill/decode loop against transformers' generate")
+               series_of=engine_configuration,
+               what="Engine configurations: our loop and transformers' generate, "
+                    "dynamic or static KV cache, eager or compiled, SDPA or eager attention")
+
+
+def engine_configuration(bench) -> str:
+    """A case's configuration as its legend says it: `loop`, `hf + static cache + compile`. Cases
+    saved before the KV cache was recorded ran on a dynamic one."""
+    cache = bench.value("kv_cache") or "dynamic"
+    label = str(bench.value("engine"))
+    if cache != "dynamic":
+        label += f" + {cache} cache"
+    if bench.value("compiled_decode"):
+        label += " + compile"
+    if (bench.value("attn") or "sdpa") != "sdpa":
+        label += f" + {bench.value('attn')} attention"
+    return label
 
 

@@ -77,8 +77,10 @@ PLOTS = (
              "The same prompts generated one after another, and together as one static batch.",
              sequential_vs_batched),
     PlotSpec("engines.png", "Engines",
-             "Our prefill/decode loop against transformers' generate on the same work, "
-             "single prompt and batched.", engines),
+             "Engine configurations on the same work, single prompt and batched: our "
+             "prefill/decode loop and transformers' generate, each eager on a dynamic and on a "
+             "static KV cache, and compiled on the static one; the loop with eager attention.",
+             engines),
     PlotSpec("server_generate.png", "Server overhead",
              "Latency and tokens/s of one non-streamed request through the HTTP server and of "
              "the same generation straight through the engine, against output length.",

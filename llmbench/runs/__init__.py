@@ -7,6 +7,7 @@ May import: `llmbench.errors` only.
 """
 
 from llmbench.runs.environment import (
+    FIELD_DEFAULTS,
     MATCHED_FIELDS,
     EnvironmentMismatch,
     environment_differences,
@@ -42,8 +43,9 @@ from llmbench.runs.store import (
 )
 
 __all__ = [
-    "BASELINES_DIR", "LATEST", "MATCHED_FIELDS", "Benchmark", "EnvironmentMismatch",
-    "NoBaseline", "Run", "RunError", "environment_differences", "environment_key",
+    "BASELINES_DIR", "FIELD_DEFAULTS", "LATEST", "MATCHED_FIELDS", "Benchmark",
+    "EnvironmentMismatch", "NoBaseline", "Run", "RunError", "environment_differences",
+    "environment_key",
     "is_number", "is_same_run", "latest_comparable", "latest_run", "library_versions",
     "list_runs", "load_run", "median", "pool_runs", "read_json", "resolve_run",
     "run_from_json", "run_number", "save_numbered", "strip_volatile", "version_differences",

@@ -1,6 +1,7 @@
 """The environment a run was measured in, and what makes two runs comparable.
 
-An environment is model (and its fingerprint), device and its name, dtype and threads: runs
+An environment is model (and its fingerprint), device and its name, dtype, threads and the
+engine's KV cache kind, compilation and attention: runs
 of different environments are never compared by accident (`environment_differences`), and
 each environment gets its own folder of runs (`environment_key`). Library versions are
 recorded and shown (`version_differences`), never enforced: comparing a torch or
@@ -16,7 +17,10 @@ from collections.abc import Mapping
 from llmbench.errors import UserError
 
 # What makes two runs comparable at all; library versions are deliberately absent.
-MATCHED_FIELDS = ("model", "fingerprint", "device", "device_name", "dtype", "threads")
+MATCHED_FIELDS = ("model", "fingerprint", "device", "device_name", "dtype", "threads",
+                  "kv_cache", "compile", "attn")
+# What a field means in a run saved before it was recorded: those runs all used this.
+FIELD_DEFAULTS = {"kv_cache": "dynamic", "compile": False, "attn": "auto"}
 # Fields of pytest-benchmark's machine_info that change from run to run on the same machine
 # and would make every comparison warn.
 VOLATILE_CPU_FIELDS = ("hz_actual", "hz_actual_friendly", "hz_advertised",
@@ -32,10 +36,11 @@ class EnvironmentMismatch(UserError):
                          + " (pass --allow-mismatch to compare anyway)")
 
 
-def environment_key(model: str, device: str, dtype: str) -> str:
-    """The folder name for one environment, e.g. `smollm2-135m-cpu-float32`."""
+def environment_key(model: str, device: str, dtype: str, variant: str = "") -> str:
+    """The folder name for one environment, e.g. `smollm2-135m-cpu-float32`, or
+    `smollm2-135m-cpu-float32-static-cache` for an engine variant (`EngineConfig.variant`)."""
     safe_model = re.sub(r"[^A-Za-z0-9._@-]+", "_", model).strip("_")
-    return f"{safe_model}-{device}-{dtype}"
+    return "-".join(filter(None, (safe_model, device, dtype, variant)))
 
 
 def library_versions() -> dict[str, str]:
@@ -66,7 +71,8 @@ def environment_differences(baseline: Mapping | None, candidate: Mapping | None)
         return [f"no llmbench environment record in the {' and '.join(which)} run"]
     out = []
     for name in MATCHED_FIELDS:
-        a, b = baseline.get(name), candidate.get(name)
+        default = FIELD_DEFAULTS.get(name)
+        a, b = baseline.get(name, default), candidate.get(name, default)
         if a == b:
             continue
         if name == "fingerprint" and isinstance(a, dict) and isinstance(b, dict):
