@@ -75,7 +75,9 @@ def tests(session: nox.Session) -> None:
     judged exactly against the committed reference (any added op, FLOP or byte fails, on
     any machine: exact counts cannot flake), then once more in parallel as a smoke test."""
     install(session)
-    session.run("pytest", "-n", "auto", "tests", *session.posargs)
+    # loadgroup: tests marked with one xdist_group share a worker, one after another (the
+    # paired A/A on real processes must not time against inductor compiling beside it).
+    session.run("pytest", "-n", "auto", "--dist", "loadgroup", "tests", *session.posargs)
     runs = session.create_tmp()
     # `--opt=PATH`, not `--opt PATH`: pytest reads a bare existing path as a test path.
     session.run("pytest", "benchmarks", "--benchmark-only", *TINY_CPU,

@@ -1,8 +1,9 @@
 """Shared fixtures for the library's tests: models loaded once per xdist worker.
 
-Run with `pytest -n auto tests/`. Each worker pins torch to one CPU thread: xdist already
-runs one worker per core, and torch's default of one thread per core on top of that
-oversubscribes the CPU and makes every forward pass several times slower.
+Run with `pytest -n auto --dist loadgroup tests/` (as `nox -s tests` does): tests marked with
+one `xdist_group` then share a worker, one after another. Each worker pins torch to one CPU
+thread: xdist already runs one worker per core, and torch's default of one thread per core
+on top of that oversubscribes the CPU and makes every forward pass several times slower.
 """
 
 from __future__ import annotations

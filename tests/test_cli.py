@@ -140,7 +140,8 @@ def test_real_process_prints_one_line_and_exits_2():
     (["--no-cache"], "loop-nocache", None, "sdpa"),
     (["--cache", "static"], "loop", "static", "sdpa"),
     (["--engine", "hf", "--cache", "static", "--attn", "eager"], "hf", "static", "eager"),
-    (["--cache", "static", "--compile"], "loop", "static", "sdpa"),
+    pytest.param(["--cache", "static", "--compile"], "loop", "static", "sdpa",
+                 marks=pytest.mark.xdist_group("compile-or-paired-timing")),
 ])
 def test_generate_json(capsys, extra, engine, kv_cache, attn):
     code, out, err = run_main(["generate", "--model", "tiny", "--device", "cpu",

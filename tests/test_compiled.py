@@ -19,6 +19,9 @@ from llmbench.engine.prompts import encode, exact_length_ids
 from llmbench.errors import UserError
 
 N_NEW = 8
+# Compiling runs inductor's C++ compiler in bursts; the real paired A/A in test_pairing shares
+# this group, so under `--dist loadgroup` (nox -s tests) the two never run side by side.
+pytestmark = pytest.mark.xdist_group("compile-or-paired-timing")
 
 
 @pytest.fixture(scope="module")
