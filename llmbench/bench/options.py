@@ -20,10 +20,12 @@ from llmbench.engine.config import (
     DEVICES,
     DTYPES,
     KV_CACHES,
+    WEIGHTS,
     EngineConfig,
     default_of,
 )
 from llmbench.engine.device import resolve_device, resolve_dtype
+from llmbench.engine.quantized import check_weights_supported
 from llmbench.errors import UserError
 from llmbench.serve.client import APIS as SERVER_APIS
 
@@ -51,6 +53,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          f"one of {', '.join(KV_CACHES)} (the server's continuous batching "
                          "always grows dynamic caches; the engines group measures both "
                          "side by side whatever this says). Default: %(default)r")
+    group.addoption("--weights", default=d("weights"), type=one_of(*WEIGHTS), metavar="KIND",
+                    help=f"the linear layers' weights, one of {', '.join(WEIGHTS)} (int8/int4: "
+                         "weight-only through torchao; the engines group measures them beside "
+                         "native whatever this says). Default: %(default)r")
     group.addoption("--compile", action="store_true", default=d("compile"),
                     help="torch.compile the decode step (needs --cache static): each case "
                          "compiles its shapes in an untimed call first, reported apart, and "
@@ -86,11 +92,13 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
     try:
         engine = EngineConfig(model=opt("model"), device=opt("device"), dtype=opt("dtype"),
                               threads=opt("threads"), kv_cache=opt("kv_cache"),
-                              compile=opt("compile"), attn=opt("attn"))
+                              compile=opt("compile"), attn=opt("attn"),
+                              weights=opt("weights"))
         device = resolve_device(engine.device)
         if engine.compile:
             check_compile_supported(device)
         dtype = resolve_dtype(engine.dtype, device)
+        check_weights_supported(engine.weights, device, dtype)
     except UserError as exc:
         raise pytest.UsageError(str(exc)) from None
     if opt("server_api") != "native" and not opt("server_url"):

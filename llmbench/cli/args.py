@@ -13,6 +13,7 @@ from llmbench.engine.config import (
     DEVICES,
     DTYPES,
     KV_CACHES,
+    WEIGHTS,
     EngineConfig,
     SamplingParams,
     default_of,
@@ -41,6 +42,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         help="attention: the model's own choice (auto), transformers' SDPA "
                              "wrapper (fused kernels where the device has them) or its eager "
                              "matmul-softmax-matmul. Default: %(default)r")
+    parser.add_argument("--weights", choices=WEIGHTS, default=d("weights"),
+                        help="the linear layers' weights: the model's dtype (native), or "
+                             "int8/int4 weight-only through torchao (activations stay in "
+                             "--dtype; pays only with --compile or bfloat16). "
+                             "Default: %(default)r")
 
 
 def add_cache_argument(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +82,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
                         threads=args.threads,
                         kv_cache=getattr(args, "kv_cache", default_of(EngineConfig, "kv_cache")),
-                        compile=getattr(args, "compile", False), attn=args.attn)
+                        compile=getattr(args, "compile", False), attn=args.attn,
+                        weights=args.weights)
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:

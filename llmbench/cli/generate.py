@@ -36,7 +36,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         record = {**result.to_dict(), "model": lm.fingerprint, "device": str(lm.device),
                   "kv_cache": None if args.no_cache else lm.kv_cache,
                   "compiled": lm.compiled_decoder is not None,
-                  "attn": attention_of(lm.model)}
+                  "attn": attention_of(lm.model), "weights": config.weights}
         print(json.dumps(record, indent=2))
     else:
         print(result.text)
@@ -44,6 +44,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         cache = "no cache" if args.no_cache else f"{lm.kv_cache} cache"
         if lm.compiled_decoder is not None:
             cache += ", compiled"
+        if config.weights != "native":
+            cache += f", {config.weights} weights"
         print(f"[{lm.name} on {lm.device}, {args.engine}, {cache}] {result.input_tokens} in, "
               f"{result.output_tokens} out ({result.finish_reason}), "
               f"TTFT {result.ttft_s * 1e3:.0f} ms, "

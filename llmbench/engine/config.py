@@ -27,6 +27,9 @@ KV_CACHES = ("dynamic", "static")
 # SDPA wrapper (a fused kernel where the device has one) and transformers' eager
 # matmul-softmax-matmul.
 ATTENTIONS = ("auto", "sdpa", "eager")
+# The linear layers' weights: the model's dtype, or quantized weight-only through torchao
+# (see `llmbench.engine.quantized`).
+WEIGHTS = ("native", "int8", "int4")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class EngineConfig:
     kv_cache: str = KV_CACHES[0]
     compile: bool = False  # torch.compile of the decode step (needs the static cache)
     attn: str = ATTENTIONS[0]
+    weights: str = WEIGHTS[0]
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -56,6 +60,9 @@ class EngineConfig:
         if self.attn not in ATTENTIONS:
             raise UserError(f"unknown attention {self.attn!r}: choose one of "
                             f"{', '.join(ATTENTIONS)}")
+        if self.weights not in WEIGHTS:
+            raise UserError(f"unknown weights {self.weights!r}: choose one of "
+                            f"{', '.join(WEIGHTS)}")
         if self.compile and self.kv_cache != "static":
             raise UserError("--compile needs --cache static: a dynamic cache changes shape at "
                             "every decode step, so every step would compile anew")
@@ -64,7 +71,8 @@ class EngineConfig:
     def variant(self) -> str:
         """What sets this configuration's runs apart from the default engine's ('' for the
         default): runs of different variants are saved and compared apart."""
-        parts = [f"{self.kv_cache}-cache" if self.kv_cache != KV_CACHES[0] else "",
+        parts = [f"{self.weights}-weights" if self.weights != WEIGHTS[0] else "",
+                 f"{self.kv_cache}-cache" if self.kv_cache != KV_CACHES[0] else "",
                  "compiled" if self.compile else "",
                  f"{self.attn}-attn" if self.attn != ATTENTIONS[0] else ""]
         return "-".join(filter(None, parts))

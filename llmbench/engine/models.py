@@ -30,6 +30,7 @@ from llmbench.engine.attention import set_attention
 from llmbench.engine.compiled import check_compile_supported, compiled_decoder
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.device import resolve_device, resolve_dtype, set_threads
+from llmbench.engine.quantized import check_weights_supported, quantize_weights
 from llmbench.engine.timing import Stopwatch
 from llmbench.errors import ModelNotFound
 
@@ -231,6 +232,7 @@ def load_model(config: EngineConfig) -> LoadedModel:
     dtype = resolve_dtype(config.dtype, device)
     if config.compile:
         check_compile_supported(device)  # before the slow load
+    check_weights_supported(config.weights, device, dtype)
     set_threads(config.threads)
     steady_malloc()  # before the weights: every process then faults alike (see allocator)
     _quiet_transformers()
@@ -249,6 +251,9 @@ def load_model(config: EngineConfig) -> LoadedModel:
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "dtype": str(dtype).removeprefix("torch."),
     }
+    quantized = quantize_weights(model, config.weights, device)
+    if quantized:  # native weights add nothing, so their fingerprints stay as they were
+        fingerprint["quantization"] = quantized
     return LoadedModel(name=config.model, model=model, tokenizer=tokenizer, device=device,
                        dtype=dtype, fingerprint=fingerprint, load_seconds=loaded_in,
                        eos_token_ids=_eos_ids(model, tokenizer), kv_cache=config.kv_cache,

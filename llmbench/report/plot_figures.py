@@ -120,7 +120,8 @@ def engines(fig, run, baseline):
                f"{b.value('engine_batch') or b.value('batch_size')}",
                series_of=engine_configuration,
                what="Engine configurations: our loop and transformers' generate, "
-                    "dynamic or static KV cache, eager or compiled, SDPA or eager attention")
+                    "dynamic or static KV cache, eager or compiled, SDPA or eager attention, "
+                    "bfloat16 with native, int8 or int4 weights")
 
 
 def engine_configuration(bench) -> str:
@@ -134,6 +135,11 @@ def engine_configuration(bench) -> str:
         label += " + compile"
     if (bench.value("attn") or "sdpa") != "sdpa":
         label += f" + {bench.value('attn')} attention"
+    copy = bench.value("model_copy") or {}  # a case run on its own copy of the model
+    if copy.get("dtype"):
+        label += f" + {copy['dtype']}"
+    if (bench.value("weights") or "native") != "native":
+        label += f" + {bench.value('weights')} weights"
     return label
 
 

@@ -18,9 +18,10 @@ from llmbench.errors import UserError
 
 # What makes two runs comparable at all; library versions are deliberately absent.
 MATCHED_FIELDS = ("model", "fingerprint", "device", "device_name", "dtype", "threads",
-                  "kv_cache", "compile", "attn")
+                  "kv_cache", "compile", "attn", "weights")
 # What a field means in a run saved before it was recorded: those runs all used this.
-FIELD_DEFAULTS = {"kv_cache": "dynamic", "compile": False, "attn": "auto"}
+FIELD_DEFAULTS = {"kv_cache": "dynamic", "compile": False, "attn": "auto",
+                  "weights": "native"}
 # Fields of pytest-benchmark's machine_info that change from run to run on the same machine
 # and would make every comparison warn.
 VOLATILE_CPU_FIELDS = ("hz_actual", "hz_actual_friendly", "hz_advertised",
@@ -47,7 +48,7 @@ def library_versions() -> dict[str, str]:
     import importlib.metadata as md
 
     versions = {"python": platform.python_version()}
-    for package in ("torch", "transformers", "llmbench", "pytest-benchmark"):
+    for package in ("torch", "transformers", "torchao", "llmbench", "pytest-benchmark"):
         try:
             versions[package] = md.version(package)
         except md.PackageNotFoundError:

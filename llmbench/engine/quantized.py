@@ -1,0 +1,136 @@
+"""Weight-only quantization of a loaded model's linear layers, through torchao.
+
+- `native`: the weights stay in the model's dtype.
+- `int8`: one int8 per weight, one scale per output row (torchao's `Int8WeightOnlyConfig`).
+- `int4`: two weights per byte, a scale and zero point per group of input columns. On the CPU
+  this is torchao's tinygemm CPU layout (`PrototypeInt4WeightOnlyConfig`, the kernel
+  `aten._weight_int4pack_mm_for_cpu`); on CUDA its tinygemm tile layout, which needs
+  bfloat16 activations.
+
+Activations stay in the model's dtype. Decoding a small model is bound by reading the
+weights once per token, so fewer bytes per weight is where the speed would come from; it
+comes only where the dequantization is fused into the matmul, by a kernel made for it or
+by `torch.compile`. Measured on a 2-core AVX2 CPU (smollm2-135m, batch 1), int8 and int4
+weights on float32 activations decode *slower* than native float32, and on bfloat16
+activations they decode faster than float32: `llmbench agreement` and the engines group
+say by how much, and how far their greedy tokens stray from float32's.
+
+torchao's configs can also retune inductor process-wide (`set_inductor_config`); that is
+turned off, so quantizing one model never changes how another, unquantized, compiles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+
+import torch
+
+from llmbench.engine.config import WEIGHTS
+from llmbench.errors import UserError
+
+QUANTIZED_DEVICES = ("cpu", "cuda")
+# The int4 group sizes torchao's kernels take, largest (fewest scales to read) first; the
+# largest that divides every quantized layer's input width is used.
+INT4_GROUP_SIZES = (128, 64, 32)
+INSTALL_HINT = "pip install torchao==0.18.0 (or llmbench[quant])"
+
+
+def _drop_enum_registration_notes(record: logging.LogRecord) -> bool:
+    return "register_constant()" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_import():
+    """torchao logs a warning for each of its CUDA extensions a CPU build cannot load, and
+    torch one for each of torchao's enums it registers (some only when first used): noise,
+    not news, for every command. A filter, not a level, for torch's logger: torch resets
+    its loggers' levels when dynamo loads."""
+    logging.getLogger("torch.utils._pytree").addFilter(_drop_enum_registration_notes)
+    # A CPU build of torchao cannot load its CUDA kernels; it says so for each.
+    logger = logging.getLogger("torchao")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def check_weights_supported(weights: str, device: torch.device, dtype: torch.dtype) -> None:
+    """A user error when `--weights weights` cannot run on `device` in `dtype`, raised
+    before a model is loaded."""
+    if weights not in WEIGHTS:
+        raise UserError(f"unknown weights {weights!r}: choose one of {', '.join(WEIGHTS)}")
+    if weights == "native":
+        return
+    if device.type not in QUANTIZED_DEVICES:
+        raise UserError(f"--weights {weights} is not supported on {device.type}: torchao's "
+                        f"weight-only kernels run on {' and '.join(QUANTIZED_DEVICES)}; use "
+                        "--weights native or another --device")
+    if weights == "int4" and device.type == "cuda" and dtype != torch.bfloat16:
+        raise UserError("--weights int4 on cuda needs --dtype bfloat16 (torchao's tinygemm "
+                        "kernel takes bfloat16 activations only)")
+    with _quiet_import():
+        try:
+            import torchao  # noqa: F401
+        except ImportError:
+            raise UserError(f"--weights {weights} needs torchao: {INSTALL_HINT}") from None
+
+
+def _linear_widths(model: torch.nn.Module) -> set[int]:
+    return {m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)}
+
+
+def int4_group_size(model: torch.nn.Module) -> int:
+    """The largest supported group size that divides every linear layer's input width (a
+    layer it does not divide would silently stay unquantized)."""
+    widths = _linear_widths(model)
+    for size in INT4_GROUP_SIZES:
+        if all(width % size == 0 for width in widths):
+            return size
+    raise UserError(f"--weights int4 cannot quantize this model: its linear layers' input "
+                    f"widths {sorted(widths)} are not all multiples of "
+                    f"{min(INT4_GROUP_SIZES)}; use --weights int8")
+
+
+def _config(weights: str, model: torch.nn.Module, device: torch.device):
+    with _quiet_import():
+        from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig
+
+        if weights == "int8":
+            return Int8WeightOnlyConfig(set_inductor_config=False)
+        group_size = int4_group_size(model)
+        if device.type == "cpu":
+            from torchao.prototype.quantization.int4 import PrototypeInt4WeightOnlyConfig
+
+            return PrototypeInt4WeightOnlyConfig(group_size=group_size,
+                                                 set_inductor_config=False)
+        return Int4WeightOnlyConfig(group_size=group_size,
+                                    int4_packing_format="tile_packed_to_4d",
+                                    set_inductor_config=False)
+
+
+def quantize_weights(model: torch.nn.Module, weights: str, device: torch.device) -> dict:
+    """Quantize every linear layer of `model` (on `device`, in its final dtype) in place;
+    returns what a baseline records of it ({} for native weights)."""
+    if weights == "native":
+        return {}
+    check_weights_supported(weights, device, next(model.parameters()).dtype)
+    config = _config(weights, model, device)
+    layers = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    with _quiet_import():
+        from torchao.quantization import quantize_
+
+        quantize_(model, config)
+    if weights == "int4":
+        # Compiling int4 weights warns that their graphs cannot enter AOTAutograd's on-disk
+        # cache: true (int4 compiles cold in every process, as the README says), and
+        # nothing a user of llmbench can act on.
+        warnings.filterwarnings("ignore", message=".*does not implement "
+                                "_stable_hash_for_caching")
+    recorded = {"weights": weights, "quantized_linear_layers": layers}
+    if weights == "int4":
+        recorded["group_size"] = config.group_size
+    return recorded
