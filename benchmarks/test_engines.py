@@ -9,7 +9,8 @@ What each configuration is held to before its time counts:
   cache, token for token: a cache changes where keys and values live, not what is computed
   from them, and neither fused kernels (compiled, or SDPA's) nor the attention path may
   change a greedy choice in float32.
-- In another precision or with quantized weights, the numbers differ, so the greedy tokens
+- In another precision or with quantized weights (bfloat16 only where the device multiplies
+  it natively: an A100, a CPU with AVX512-BF16 or AMX), the numbers differ, so the greedy tokens
   may part from the reference after a while: such a case is held to giving the same tokens
   in every round (a recompiled or corrupted path shows as a change), and how far it agrees
   with the reference is recorded in its `extra_info["agreement"]` (`llmbench agreement`
@@ -30,6 +31,7 @@ from llmbench.engine.attention import attention, attention_of
 from llmbench.engine.batching import generate_static_batch
 from llmbench.engine.compiled import check_compile_supported, compiled_decoder
 from llmbench.engine.config import SamplingParams
+from llmbench.engine.device import has_native_bfloat16
 from llmbench.engine.hf import hf_generate, hf_generate_batch
 from llmbench.engine.loop import generate
 from llmbench.engine.models import load_model
@@ -80,7 +82,7 @@ CONFIGURATIONS = {
 
 
 @pytest.fixture(scope="module")
-def engine_models(request, model, bench_settings):
+def engine_models(model, bench_settings):
     """`engine_models(configuration)`: the model it runs, eager or with a compiled decoder.
     The session's model serves every configuration of its precision and weights; another
     precision or weights is a copy loaded once for the module (skipped, with the reason,
@@ -96,6 +98,10 @@ def engine_models(request, model, bench_settings):
 
     def get(config: Configuration):
         key = weights_of(config)
+        if key[0] == "bfloat16" and not has_native_bfloat16(model.device):
+            pytest.skip(f"{model.device.type} has no native bfloat16 matmul (AVX512-BF16 or "
+                        "AMX on a CPU): emulated, a bfloat16 prefill is several times slower "
+                        "than float32's; run the suite with --dtype bfloat16 to measure it")
         if key not in loaded:
             dtype, weights = key
             engine = dataclasses.replace(bench_settings.engine, dtype=dtype, weights=weights,

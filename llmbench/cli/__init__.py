@@ -13,7 +13,7 @@ import os
 import sys
 
 from llmbench import __version__
-from llmbench.cli import ab, agreement, compare, generate, history, report, server
+from llmbench.cli import ab, agreement, compare, generate, history, profile, report, server
 from llmbench.errors import EXIT_USAGE, UserError
 
 
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "slower, and is that real or noise?")
     parser.add_argument("--version", action="version", version=f"llmbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for command in (generate, agreement, report, compare, ab, history, server):
+    for command in (generate, agreement, profile, report, compare, ab, history, server):
         command.register(sub)
     return parser
 

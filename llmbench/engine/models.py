@@ -30,7 +30,11 @@ from llmbench.engine.attention import set_attention
 from llmbench.engine.compiled import check_compile_supported, compiled_decoder
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.device import resolve_device, resolve_dtype, set_threads
-from llmbench.engine.quantized import check_weights_supported, quantize_weights
+from llmbench.engine.quantized import (
+    check_weights_supported,
+    quantize_weights,
+    silence_torchao_import,
+)
 from llmbench.engine.timing import Stopwatch
 from llmbench.errors import ModelNotFound
 
@@ -236,6 +240,7 @@ def load_model(config: EngineConfig) -> LoadedModel:
     set_threads(config.threads)
     steady_malloc()  # before the weights: every process then faults alike (see allocator)
     _quiet_transformers()
+    silence_torchao_import()  # transformers imports it, if installed, for any model
     watch = Stopwatch(device)
     model, tokenizer, source = _loader_for(config.model)(dtype)
     model = model.to(device=device, dtype=dtype).eval()

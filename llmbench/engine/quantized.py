@@ -21,7 +21,6 @@ turned off, so quantizing one model never changes how another, unquantized, comp
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import warnings
 
@@ -37,25 +36,22 @@ INT4_GROUP_SIZES = (128, 64, 32)
 INSTALL_HINT = "pip install torchao==0.18.0 (or llmbench[quant])"
 
 
-def _drop_enum_registration_notes(record: logging.LogRecord) -> bool:
-    return "register_constant()" not in record.getMessage()
+def _not_import_noise(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not ("register_constant()" in message or message.startswith("Failed to load ")
+                and ".so" in message)
 
 
-@contextlib.contextmanager
-def _quiet_import():
-    """torchao logs a warning for each of its CUDA extensions a CPU build cannot load, and
-    torch one for each of torchao's enums it registers (some only when first used): noise,
-    not news, for every command. A filter, not a level, for torch's logger: torch resets
-    its loggers' levels when dynamo loads."""
-    logging.getLogger("torch.utils._pytree").addFilter(_drop_enum_registration_notes)
-    # A CPU build of torchao cannot load its CUDA kernels; it says so for each.
-    logger = logging.getLogger("torchao")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+def silence_torchao_import() -> None:
+    """torchao, once installed, is imported by transformers whenever a model loads, quantized
+    or not. Its CPU build logs a warning for each CUDA extension it cannot load, and torch
+    one for each of torchao's enums it registers (some only when first used): noise, not
+    news, on every command. Filters, not levels: torch resets its loggers' levels when
+    dynamo loads. Idempotent."""
+    for name in ("torchao", "torch.utils._pytree"):
+        logger = logging.getLogger(name)
+        if _not_import_noise not in logger.filters:
+            logger.addFilter(_not_import_noise)
 
 
 def check_weights_supported(weights: str, device: torch.device, dtype: torch.dtype) -> None:
@@ -72,11 +68,11 @@ def check_weights_supported(weights: str, device: torch.device, dtype: torch.dty
     if weights == "int4" and device.type == "cuda" and dtype != torch.bfloat16:
         raise UserError("--weights int4 on cuda needs --dtype bfloat16 (torchao's tinygemm "
                         "kernel takes bfloat16 activations only)")
-    with _quiet_import():
-        try:
-            import torchao  # noqa: F401
-        except ImportError:
-            raise UserError(f"--weights {weights} needs torchao: {INSTALL_HINT}") from None
+    silence_torchao_import()
+    try:
+        import torchao  # noqa: F401
+    except ImportError:
+        raise UserError(f"--weights {weights} needs torchao: {INSTALL_HINT}") from None
 
 
 def _linear_widths(model: torch.nn.Module) -> set[int]:
@@ -96,20 +92,17 @@ def int4_group_size(model: torch.nn.Module) -> int:
 
 
 def _config(weights: str, model: torch.nn.Module, device: torch.device):
-    with _quiet_import():
-        from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig
+    from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig
 
-        if weights == "int8":
-            return Int8WeightOnlyConfig(set_inductor_config=False)
-        group_size = int4_group_size(model)
-        if device.type == "cpu":
-            from torchao.prototype.quantization.int4 import PrototypeInt4WeightOnlyConfig
+    if weights == "int8":
+        return Int8WeightOnlyConfig(set_inductor_config=False)
+    group_size = int4_group_size(model)
+    if device.type == "cpu":
+        from torchao.prototype.quantization.int4 import PrototypeInt4WeightOnlyConfig
 
-            return PrototypeInt4WeightOnlyConfig(group_size=group_size,
-                                                 set_inductor_config=False)
-        return Int4WeightOnlyConfig(group_size=group_size,
-                                    int4_packing_format="tile_packed_to_4d",
-                                    set_inductor_config=False)
+        return PrototypeInt4WeightOnlyConfig(group_size=group_size, set_inductor_config=False)
+    return Int4WeightOnlyConfig(group_size=group_size, int4_packing_format="tile_packed_to_4d",
+                                set_inductor_config=False)
 
 
 def quantize_weights(model: torch.nn.Module, weights: str, device: torch.device) -> dict:
@@ -120,10 +113,9 @@ def quantize_weights(model: torch.nn.Module, weights: str, device: torch.device)
     check_weights_supported(weights, device, next(model.parameters()).dtype)
     config = _config(weights, model, device)
     layers = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
-    with _quiet_import():
-        from torchao.quantization import quantize_
+    from torchao.quantization import quantize_
 
-        quantize_(model, config)
+    quantize_(model, config)
     if weights == "int4":
         # Compiling int4 weights warns that their graphs cannot enter AOTAutograd's on-disk
         # cache: true (int4 compiles cold in every process, as the README says), and
