@@ -119,9 +119,8 @@ def engines(fig, run, baseline):
                category_of=lambda b: "batch of "
                f"{b.value('engine_batch') or b.value('batch_size')}",
                series_of=engine_configuration,
-               what="Engine configurations: our loop and transformers' generate, "
-                    "dynamic or static KV cache, eager or compiled, SDPA or eager attention, "
-                    "bfloat16 with native, int8 or int4 weights")
+               what="Engine configurations: our loop and transformers' generate; KV "
+                    "cache, compile, attention, precision and weights")
 
 
 def engine_configuration(bench) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import matplotlib
 from matplotlib.figure import Figure
 
 from llmbench.report.plot_parts import (
@@ -120,7 +121,10 @@ def bar_figure(fig, run, baseline, *, group: str, category_of: Callable, series_
     factor, unit = time_scale(*(Points((), (), (), tuple(v[2] for v in d.values()))
                                 for d in lat.values()))
     lat = {k: {c: tuple(x * factor for x in v) for c, v in d.items()} for k, d in lat.items()}
-    colors = {name: f"C{i}" for i, name in enumerate(names)}
+    # The default cycle repeats after 10 colours, and the engines group has more series.
+    palette = ([f"C{i}" for i in range(10)] if len(names) <= 10
+               else list(matplotlib.colormaps["tab20"].colors))
+    colors = {name: palette[i % len(palette)] for i, name in enumerate(names)}
     _bars(ax_lat, categories, lat, ylabel=f"latency ({unit})", colors=colors)
     _bars(ax_tps, categories, tps, ylabel="output tokens/s", colors=colors)
     ax_lat.set_title("end-to-end latency", fontsize=10)
