@@ -142,3 +142,17 @@ def test_device_name_and_thread_environment(monkeypatch):
     env = dev.thread_environment()
     assert env["OMP_NUM_THREADS"] == "3"
     assert "MKL_NUM_THREADS" not in env
+
+
+@pytest.mark.parametrize("kind, cuda_bf16, onednn_bf16, expected", [
+    ("cuda", True, False, True),
+    ("cuda", False, True, False),
+    ("cpu", False, True, True),   # AVX512-BF16 or AMX
+    ("cpu", True, False, False),  # AVX2 only: emulated, the engines group skips bfloat16
+    ("mps", True, True, False),
+])
+def test_native_bfloat16_follows_the_device_own_check(monkeypatch, kind, cuda_bf16,
+                                                      onednn_bf16, expected):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: cuda_bf16)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn_bf16)
+    assert dev.has_native_bfloat16(torch.device(kind)) is expected
