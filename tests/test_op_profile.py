@@ -21,7 +21,7 @@ def test_a_decode_step_calls_each_linear_layer_once(tiny_lm):
     assert ops["aten::mm"].calls_per_step == linears
     assert [op.ms_per_step for op in result.ops] == sorted(
         (op.ms_per_step for op in result.ops), reverse=True)
-    assert result.decode_ms_per_token > 0 and result.clock == "cpu"
+    assert result.clock == "cpu"  # which clock ranks the ops; no duration is asserted
 
 
 def test_profile_prints_the_top_ops_and_json(capsys):
