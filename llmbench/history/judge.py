@@ -18,6 +18,7 @@ from llmbench.history.machine import (
     control_ratio,
     control_share,
     machine_shares,
+    median_move,
 )
 from llmbench.history.series import History, Series
 
@@ -117,12 +118,6 @@ def judge_history(history: History, *, threshold: float | None = None,
     return HistoryResult(history, tuple(results), alpha, machine)
 
 
-def _median_move(x: np.ndarray, before: slice, after: slice) -> float | None:
-    a, b = x[before], x[after]
-    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
-    return float(np.median(b) - np.median(a)) if a.size and b.size else None
-
-
 def _beyond(move: float, direction: float, limit: float) -> bool:
     return move * direction > 0 and abs(move) > math.log1p(limit)
 
@@ -139,8 +134,8 @@ def _measured_too(raw: np.ndarray, control: np.ndarray, shifts: list[Shift],
     kept = []
     for i, shift in enumerate(shifts, start=1):
         before, after = slice(bounds[i - 1], shift.index), slice(shift.index, bounds[i + 1])
-        measured = _median_move(raw, before, after)
-        machine = _median_move(control, before, after)
+        measured = median_move(raw, before, after)
+        machine = median_move(control, before, after)
         if _beyond(measured - (machine or 0.0), math.log(shift.ratio), limit):
             kept.append(shift)
     return kept
@@ -165,7 +160,7 @@ def _judge(series: Series, share: MachineShare, control_s: dict[int, float | Non
         # As for change points: beyond the threshold against the control's move.
         start = result.level_start()
         measured = math.log(newest.ratio * (result.machine_ratio() or 1.0))
-        machine = _median_move(control, slice(start, -1), slice(-1, None)) or 0.0
+        machine = median_move(control, slice(start, -1), slice(-1, None)) or 0.0
         direction = 1.0 if newest.verdict == "regression" else -1.0
         if not _beyond(measured - machine, direction, limit):
             result = dataclasses.replace(result, newest=dataclasses.replace(

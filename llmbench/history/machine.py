@@ -60,20 +60,6 @@ def _centred(values: np.ndarray) -> np.ndarray:
         return values - np.nanmedian(values, axis=-1, keepdims=True)
 
 
-def _matrix(history: History) -> tuple[np.ndarray, np.ndarray]:
-    """Log medians, one row per series and one column per run (NaN where a run lacks the
-    benchmark); and the control's log medians per run (NaN where a run has none)."""
-    column = {run: i for i, run in enumerate(history.runs)}
-    logs = np.full((len(history.series), len(history.runs)), np.nan)
-    for row, series in enumerate(history.series):
-        for point in series.points:
-            logs[row, column[point.run]] = np.log(point.median_s)
-    control = np.array([np.log(c) if c else np.nan for c in history.control_s]
-                       if len(history.control_s) == len(history.runs)
-                       else [np.nan] * len(history.runs))
-    return logs, control
-
-
 def _median_of_enough(rows: np.ndarray) -> np.ndarray:
     """Per column, the median of the rows present there; NaN with fewer than MIN_REFERENCES."""
     present = np.sum(~np.isnan(rows), axis=0)
@@ -119,8 +105,7 @@ def _share(reference: np.ndarray, own: np.ndarray) -> MachineShare:
 
 def machine_shares(history: History) -> dict[str, MachineShare]:
     """Each series' share of the machine's moves, by series key; see the module docstring."""
-    logs, control = _matrix(history)
-    centred = _centred(np.vstack([logs, control]))
+    centred = _centred(np.vstack([history.log_median_matrix, history.control_logs]))
     column = {run: i for i, run in enumerate(history.runs)}
     shares = {}
     for row, series in enumerate(history.series):
@@ -133,11 +118,9 @@ def machine_shares(history: History) -> dict[str, MachineShare]:
 def control_share(history: History, together: Series) -> MachineShare:
     """All benchmarks together's share of the control workload's moves: what the machine
     alone did to them, as far as the control feels it."""
-    _, control = _matrix(history)
     column = {run: i for i, run in enumerate(history.runs)}
     at = [column[p.run] for p in together.points]
-    own = np.log([p.median_s for p in together.points])
-    return _share(_centred(control)[at], own)
+    return _share(_centred(history.control_logs)[at], together.log_medians)
 
 
 def all_benchmarks(history: History) -> Series | None:
@@ -146,8 +129,7 @@ def all_benchmarks(history: History) -> Series | None:
     MIN_REFERENCES benchmarks."""
     if len(history.series) < MIN_REFERENCES:
         return None
-    logs, _ = _matrix(history)
-    level = _median_of_enough(_centred(logs))
+    level = _median_of_enough(_centred(history.log_median_matrix))
     first = {}
     for series in history.series:
         for p in series.points:
@@ -160,13 +142,19 @@ def all_benchmarks(history: History) -> Series | None:
     return Series("all benchmarks together", "all benchmarks together", None, points)
 
 
+def median_move(logs: np.ndarray, before, after) -> float | None:
+    """How far the median of `logs[after]` sits from that of `logs[before]` (any numpy
+    index: slices or positions), NaNs left out; None where either side has nothing."""
+    a, b = logs[before], logs[after]
+    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+    return float(np.median(b) - np.median(a)) if a.size and b.size else None
+
+
 def control_ratio(history: History, before: Collection[int],
                   after: Collection[int]) -> float | None:
     """The control's median over the runs numbered `after` / over those numbered `before`;
     None where either side has no control."""
-    by_run = dict(zip(history.runs, history.control_s, strict=False))
-    a = [np.log(by_run[r]) for r in before if by_run.get(r)]
-    b = [np.log(by_run[r]) for r in after if by_run.get(r)]
-    if not a or not b:
-        return None
-    return float(np.exp(np.median(b) - np.median(a)))
+    column = {run: i for i, run in enumerate(history.runs)}
+    move = median_move(history.control_logs, [column[r] for r in before if r in column],
+                       [column[r] for r in after if r in column])
+    return None if move is None else float(np.exp(move))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,25 @@ class History:
     @property
     def newest(self) -> int:
         return self.runs[-1]
+
+    @cached_property
+    def log_median_matrix(self) -> np.ndarray:
+        """Log medians, one row per series and one column per run (NaN where a run lacks
+        the benchmark). Computed once: the machine's share, all benchmarks together and the
+        control's moves all read it."""
+        column = {run: i for i, run in enumerate(self.runs)}
+        logs = np.full((len(self.series), len(self.runs)), np.nan)
+        for row, series in enumerate(self.series):
+            for point in series.points:
+                logs[row, column[point.run]] = np.log(point.median_s)
+        return logs
+
+    @cached_property
+    def control_logs(self) -> np.ndarray:
+        """The control workload's log median per run (NaN where a run has none)."""
+        if len(self.control_s) != len(self.runs):
+            return np.full(len(self.runs), np.nan)
+        return np.array([np.log(c) if c else np.nan for c in self.control_s])
 
 
 def _environment_folder(folder: Path) -> Path:
