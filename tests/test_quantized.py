@@ -91,3 +91,20 @@ def test_generate_reports_its_weights_and_refuses_them_on_mps(capsys):
     code, out, err = run_main(["generate", "--model", "tiny", "--device", "cpu", "--weights",
                                "int3"], capsys)
     assert_user_error(code, err, "--weights", "invalid choice: 'int3'")
+
+
+def test_int4_matmuls_count_their_flops():
+    """tinygemm's CPU kernel is not in PyTorch's FLOP table: counted as the matmul it is,
+    an int4 layer does the FLOPs of the same layer in bfloat16."""
+    from llmbench.engine.counting import count_work
+    from llmbench.engine.quantized import quantize_weights
+
+    torch.manual_seed(0)
+    plain = torch.nn.Sequential(torch.nn.Linear(128, 64, bias=False)).to(torch.bfloat16)
+    x = torch.randn(3, 128, dtype=torch.bfloat16)
+    _, expected = count_work(plain, x)
+    quantize_weights(plain, "int4", CPU)
+    with torch.no_grad():
+        _, work = count_work(plain, x)
+    assert work.ops.get("aten::_weight_int4pack_mm_for_cpu") == 1
+    assert work.flops == expected.flops == 2 * 3 * 64 * 128

@@ -8,7 +8,8 @@
 - FLOPs, by the formulas of `torch.utils.flop_counter` (FlopCounterMode's: matmuls,
   convolutions and attention kernels; element-wise ops count no FLOPs there). Its table
   lacks the CPU flash-attention kernel, so that one gets the formula PyTorch uses for the
-  CUDA kernels;
+  CUDA kernels, and the linear kernels of packed and int4 weights (oneDNN's, tinygemm's
+  CPU one), which get a matmul's 2 * M * N * K;
 - bytes: each op that computes reads its input tensors and writes its outputs, counted
   from their sizes. A view (`aten::view`, `aten::t`, a slice) moves nothing and counts 0;
 - for compiled code, the graph breaks and the graphs compiled while it ran (dynamo's own
@@ -22,6 +23,7 @@ a change that makes the code do more shows up exactly, in one run.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -47,6 +49,18 @@ for _kernel in ("_scaled_dot_product_flash_attention_for_cpu",  # CPU
                 "_scaled_dot_product_attention_math_for_mps"):  # Apple GPUs
     if hasattr(torch.ops.aten, _kernel):  # each takes (query, key, value, ...) first
         _FLOP_FORMULAS[getattr(torch.ops.aten, _kernel)] = _attention_flops
+
+
+def _linear_flops(x_shape, *args, out_shape=None, **kwargs):
+    """FLOPs of a linear kernel on a packed weight, whose shape may not say N or K: the
+    output's elements (M * N) times the input's width (K), a multiply and an add each."""
+    return 2 * math.prod(out_shape) * x_shape[-1]
+
+
+for _packet in (getattr(torch.ops.mkldnn, "_linear_pointwise", None),  # --weights packed
+                getattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu", None)):  # int4, CPU
+    if _packet is not None:
+        _FLOP_FORMULAS[_packet] = _linear_flops
 # Registered with get_raw (no shape wrapper): these take the tensors themselves.
 _RAW = {packet for packet, formula in flop_registry.items()
         if not hasattr(formula, "__wrapped__")}
