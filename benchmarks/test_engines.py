@@ -1,14 +1,17 @@
 """The engine configurations side by side on the same work: our prefill/decode loop and
 transformers' `generate`, each eager on a dynamic KV cache, eager on a static one, and with
 its static-cache decode steps compiled (`llmbench.engine.compiled`); the loop with
-transformers' eager attention in place of SDPA; and the loop in bfloat16, with native,
-int8 and int4 weights (`llmbench.engine.quantized`), each on its own copy of the model.
+transformers' eager attention in place of SDPA; the loop on linear weights prepacked for
+oneDNN (`llmbench.engine.packed`), in the session's precision and in bfloat16; and the loop
+in bfloat16, with native, int8 and int4 weights (`llmbench.engine.quantized`). Each
+configuration with other weights or precision than the session's runs on its own copy of
+the model.
 
 What each configuration is held to before its time counts:
-- In the session's precision and weights, the eager loop's greedy tokens on a dynamic
-  cache, token for token: a cache changes where keys and values live, not what is computed
-  from them, and neither fused kernels (compiled, or SDPA's) nor the attention path may
-  change a greedy choice in float32.
+- In the session's precision and weights, or the same weights prepacked, the eager loop's
+  greedy tokens on a dynamic cache, token for token: a cache changes where keys and values
+  live, not what is computed from them, and neither fused kernels (compiled, SDPA's or
+  oneDNN's) nor the attention path may change a greedy choice in float32.
 - In another precision or with quantized weights (bfloat16 only where the device multiplies
   it natively: an A100, a CPU with AVX512-BF16 or AMX), the numbers differ, so the greedy tokens
   may part from the reference after a while: such a case is held to giving the same tokens
@@ -60,6 +63,12 @@ class Configuration(NamedTuple):
         """Whether it computes with the session model's weights and precision."""
         return self.dtype is None and self.weights is None
 
+    def held_to_reference(self, session_weights: str) -> bool:
+        """Whether its greedy tokens must be the session model's: it computes with the same
+        weight values in the same precision, packed or not."""
+        return self.same_numbers or (self.dtype is None and self.weights == "packed"
+                                     and session_weights in ("native", "packed"))
+
 
 # The eager dynamic-cache cases on the session's attention keep their bare engine names, so
 # their history runs on unbroken from before the others were measured.
@@ -71,6 +80,8 @@ CONFIGURATIONS = {
     "hf": Configuration("hf"),
     "hf-static": Configuration("hf", "static"),
     "hf-static-compiled": Configuration("hf", "static", compiled=True),
+    "loop-packed": Configuration("loop", weights="packed"),
+    "loop-bf16-packed": Configuration("loop", dtype="bfloat16", weights="packed"),
     "loop-bf16-static-compiled": Configuration("loop", "static", compiled=True,
                                                dtype="bfloat16", weights="native"),
     "loop-bf16-int8-static-compiled": Configuration("loop", "static", compiled=True,
@@ -157,10 +168,11 @@ def test_engine(measure, engine_models, engine_work, bench_settings, configurati
     is_batch = engine_batch > 1
     run = RUNNERS[(config.engine, is_batch)]
     first_round = []
+    held_to_reference = config.held_to_reference(bench_settings.engine.weights)
 
     def same_tokens(output):
         tokens = [r.token_ids for r in (output if is_batch else [output])]
-        if config.same_numbers:
+        if held_to_reference:
             assert tokens == reference, (
                 f"{configuration} disagrees with the eager loop on a dynamic cache")
             return
@@ -169,7 +181,7 @@ def test_engine(measure, engine_models, engine_work, bench_settings, configurati
             f"{configuration} gave other greedy tokens than in its first round")
 
     def agreement() -> dict:
-        return {} if config.same_numbers else {
+        return {} if held_to_reference else {
             "agreement": token_agreement(reference, first_round[0]).to_json()}
 
     with attention(lm.model, config.attn or attention_of(lm.model)):

@@ -48,7 +48,7 @@ def test_native_weights_leave_the_fingerprint_and_variant_as_they_were(tiny_lm):
     assert EngineConfig(weights="int4", kv_cache="static", compile=True).variant == \
         "int4-weights-static-cache-compiled"
     with pytest.raises(UserError, match="unknown weights 'int2': choose one of native, "
-                                        "int8, int4"):
+                                        "packed, int8, int4"):
         EngineConfig(weights="int2")
 
 

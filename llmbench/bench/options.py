@@ -54,8 +54,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "always grows dynamic caches; the engines group measures both "
                          "side by side whatever this says). Default: %(default)r")
     group.addoption("--weights", default=d("weights"), type=one_of(*WEIGHTS), metavar="KIND",
-                    help=f"the linear layers' weights, one of {', '.join(WEIGHTS)} (int8/int4: "
-                         "weight-only through torchao; the engines group measures them beside "
+                    help=f"the linear layers' weights, one of {', '.join(WEIGHTS)} (packed: "
+                         "prepacked for oneDNN, CPU, eager; int8/int4: weight-only through "
+                         "torchao; the engines group measures them beside "
                          "native whatever this says). Default: %(default)r")
     group.addoption("--compile", action="store_true", default=d("compile"),
                     help="torch.compile the decode step (needs --cache static): each case "

@@ -43,9 +43,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                              "wrapper (fused kernels where the device has them) or its eager "
                              "matmul-softmax-matmul. Default: %(default)r")
     parser.add_argument("--weights", choices=WEIGHTS, default=d("weights"),
-                        help="the linear layers' weights: the model's dtype (native), or "
-                             "int8/int4 weight-only through torchao (activations stay in "
-                             "--dtype; pays only with --compile or bfloat16). "
+                        help="the linear layers' weights: the model's dtype (native), the "
+                             "same values prepacked for oneDNN (packed: CPU, eager; the fast "
+                             "path for float32 and bfloat16), or int8/int4 weight-only through "
+                             "torchao (activations stay in --dtype; pays only with --compile "
+                             "or bfloat16). "
                              "Default: %(default)r")
 
 

@@ -27,9 +27,10 @@ KV_CACHES = ("dynamic", "static")
 # SDPA wrapper (a fused kernel where the device has one) and transformers' eager
 # matmul-softmax-matmul.
 ATTENTIONS = ("auto", "sdpa", "eager")
-# The linear layers' weights: the model's dtype, or quantized weight-only through torchao
+# The linear layers' weights: the model's dtype as loaded, the same values prepacked for
+# oneDNN on the CPU (see `llmbench.engine.packed`), or quantized weight-only through torchao
 # (see `llmbench.engine.quantized`).
-WEIGHTS = ("native", "int8", "int4")
+WEIGHTS = ("native", "packed", "int8", "int4")
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,10 @@ class EngineConfig:
         if self.compile and self.kv_cache != "static":
             raise UserError("--compile needs --cache static: a dynamic cache changes shape at "
                             "every decode step, so every step would compile anew")
+        if self.compile and self.weights == "packed":
+            raise UserError("--weights packed runs eager: inductor cannot compile a graph that "
+                            "takes oneDNN-packed weights; drop --compile or use --weights "
+                            "native")
 
     @property
     def variant(self) -> str:

@@ -1,6 +1,8 @@
-"""Weight-only quantization of a loaded model's linear layers, through torchao.
+"""The linear layers' weights of a loaded model: native, prepacked, or weight-only quantized
+through torchao.
 
 - `native`: the weights stay in the model's dtype.
+- `packed`: the same values, reordered once for oneDNN's CPU kernel (`llmbench.engine.packed`).
 - `int8`: one int8 per weight, one scale per output row (torchao's `Int8WeightOnlyConfig`).
 - `int4`: two weights per byte, a scale and zero point per group of input columns. On the CPU
   this is torchao's tinygemm CPU layout (`PrototypeInt4WeightOnlyConfig`, the kernel
@@ -27,6 +29,7 @@ import warnings
 import torch
 
 from llmbench.engine.config import WEIGHTS
+from llmbench.engine.packed import check_packed_supported, pack_linear_weights
 from llmbench.errors import UserError
 
 QUANTIZED_DEVICES = ("cpu", "cuda")
@@ -60,6 +63,9 @@ def check_weights_supported(weights: str, device: torch.device, dtype: torch.dty
     if weights not in WEIGHTS:
         raise UserError(f"unknown weights {weights!r}: choose one of {', '.join(WEIGHTS)}")
     if weights == "native":
+        return
+    if weights == "packed":
+        check_packed_supported(device)
         return
     if device.type not in QUANTIZED_DEVICES:
         raise UserError(f"--weights {weights} is not supported on {device.type}: torchao's "
@@ -110,6 +116,9 @@ def quantize_weights(model: torch.nn.Module, weights: str, device: torch.device)
     returns what a baseline records of it ({} for native weights)."""
     if weights == "native":
         return {}
+    if weights == "packed":
+        check_packed_supported(device)
+        return pack_linear_weights(model)
     check_weights_supported(weights, device, next(model.parameters()).dtype)
     config = _config(weights, model, device)
     layers = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
