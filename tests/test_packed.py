@@ -76,6 +76,19 @@ def test_packing_is_for_the_cpu_only(device):
     check_packed_supported(CPU)
 
 
+@pytest.mark.parametrize("dtype, probe", [(torch.bfloat16, "_is_mkldnn_bf16_supported"),
+                                          (torch.float16, "_is_mkldnn_fp16_supported")])
+def test_half_precision_packs_only_where_onednn_runs_it(monkeypatch, dtype, probe, capsys):
+    monkeypatch.setattr(torch.ops.mkldnn, probe, lambda: False)
+    name = str(dtype).removeprefix("torch.")
+    with pytest.raises(UserError, match=f"--weights packed in {name} needs a CPU"):
+        check_packed_supported(CPU, dtype)
+    check_packed_supported(CPU, torch.float32)
+    code, _, err = run_main(["generate", "--model", "tiny", "--dtype", name, "--weights",
+                             "packed"], capsys)
+    assert_user_error(code, err, f"--weights packed in {name} needs a CPU")
+
+
 def test_a_torch_without_onednn_cannot_pack(monkeypatch):
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     with pytest.raises(UserError, match="needs a PyTorch built with oneDNN"):

@@ -18,6 +18,8 @@ plain layout too (a 512-token prefill 749 -> 431 ms, the same CPU).
 
 Limits, each a user error before anything loads (`check_packed_supported`):
 - the CPU only: oneDNN is PyTorch's CPU backend;
+- bfloat16 and float16 only where oneDNN has a path for them on this CPU (it refuses to
+  reorder the weights otherwise);
 - eager only: inductor lowers oneDNN's linear only for weights it packed itself, so a packed
   weight as a graph input fails to compile.
 """
@@ -51,8 +53,15 @@ class PackedLinear(torch.nn.Module):
                 f"bias={self.bias is not None}, layout=onednn")
 
 
-def check_packed_supported(device: torch.device, compile: bool = False) -> None:
-    """Raise a user error when `--weights packed` cannot run on `device` (or compiled)."""
+# oneDNN's packed-weight path per 16-bit dtype: its probe, and the CPU features it names.
+_HALF_PATHS = {torch.bfloat16: ("_is_mkldnn_bf16_supported", "AVX512 or AMX"),
+               torch.float16: ("_is_mkldnn_fp16_supported", "AVX512-FP16 or AVX-NE-CONVERT")}
+
+
+def check_packed_supported(device: torch.device, dtype: torch.dtype = torch.float32,
+                           compile: bool = False) -> None:
+    """Raise a user error when `--weights packed` cannot run on `device` in `dtype` (or
+    compiled)."""
     from llmbench.errors import UserError
 
     if device.type not in PACKED_DEVICES:
@@ -61,6 +70,11 @@ def check_packed_supported(device: torch.device, compile: bool = False) -> None:
     if not torch.backends.mkldnn.is_available():
         raise UserError("--weights packed needs a PyTorch built with oneDNN (mkldnn), which "
                         "this one is not; use --weights native")
+    if dtype in _HALF_PATHS and not getattr(torch.ops.mkldnn, _HALF_PATHS[dtype][0])():
+        name = str(dtype).removeprefix("torch.")
+        raise UserError(f"--weights packed in {name} needs a CPU with {_HALF_PATHS[dtype][1]} "
+                        f"(oneDNN's {name} path), which this one is not; use --dtype float32 "
+                        "or --weights native")
     if compile:
         raise UserError("--weights packed runs eager: inductor cannot compile a graph that "
                         "takes oneDNN-packed weights; drop --compile or use --weights native")

@@ -65,7 +65,7 @@ def check_weights_supported(weights: str, device: torch.device, dtype: torch.dty
     if weights == "native":
         return
     if weights == "packed":
-        check_packed_supported(device)
+        check_packed_supported(device, dtype)
         return
     if device.type not in QUANTIZED_DEVICES:
         raise UserError(f"--weights {weights} is not supported on {device.type}: torchao's "
@@ -117,7 +117,7 @@ def quantize_weights(model: torch.nn.Module, weights: str, device: torch.device)
     if weights == "native":
         return {}
     if weights == "packed":
-        check_packed_supported(device)
+        check_packed_supported(device, next(model.parameters()).dtype)
         return pack_linear_weights(model)
     check_weights_supported(weights, device, next(model.parameters()).dtype)
     config = _config(weights, model, device)
