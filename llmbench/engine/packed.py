@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import torch
 
+from llmbench.errors import UserError
+
 PACKED_DEVICES = ("cpu",)
 PACKED_FOR_BATCH = 1  # the layout is tuned for decode's batch-1 matrix-vector products
 
@@ -58,12 +60,9 @@ _HALF_PATHS = {torch.bfloat16: ("_is_mkldnn_bf16_supported", "AVX512 or AMX"),
                torch.float16: ("_is_mkldnn_fp16_supported", "AVX512-FP16 or AVX-NE-CONVERT")}
 
 
-def check_packed_supported(device: torch.device, dtype: torch.dtype = torch.float32,
-                           compile: bool = False) -> None:
-    """Raise a user error when `--weights packed` cannot run on `device` in `dtype` (or
-    compiled)."""
-    from llmbench.errors import UserError
-
+def check_packed_supported(device: torch.device, dtype: torch.dtype = torch.float32) -> None:
+    """Raise a user error when `--weights packed` cannot run on `device` in `dtype`.
+    (`--compile` with it is refused by `EngineConfig`, whatever the device.)"""
     if device.type not in PACKED_DEVICES:
         raise UserError(f"--weights packed is not supported on {device.type}: it prepacks "
                         "weights for oneDNN, PyTorch's CPU backend; use --weights native")
@@ -75,9 +74,6 @@ def check_packed_supported(device: torch.device, dtype: torch.dtype = torch.floa
         raise UserError(f"--weights packed in {name} needs a CPU with {_HALF_PATHS[dtype][1]} "
                         f"(oneDNN's {name} path), which this one is not; use --dtype float32 "
                         "or --weights native")
-    if compile:
-        raise UserError("--weights packed runs eager: inductor cannot compile a graph that "
-                        "takes oneDNN-packed weights; drop --compile or use --weights native")
 
 
 def pack_linear_weights(model: torch.nn.Module) -> dict:
