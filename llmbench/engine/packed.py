@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from llmbench.engine.device import has_native_bfloat16
 from llmbench.errors import UserError
 
 PACKED_DEVICES = ("cpu",)
@@ -55,9 +56,14 @@ class PackedLinear(torch.nn.Module):
                 f"bias={self.bias is not None}, layout=onednn")
 
 
-# oneDNN's packed-weight path per 16-bit dtype: its probe, and the CPU features it names.
-_HALF_PATHS = {torch.bfloat16: ("_is_mkldnn_bf16_supported", "AVX512 or AMX"),
-               torch.float16: ("_is_mkldnn_fp16_supported", "AVX512-FP16 or AVX-NE-CONVERT")}
+# The CPU features oneDNN's packed-weight path needs per 16-bit dtype.
+_HALF_FEATURES = {torch.bfloat16: "AVX512 or AMX", torch.float16: "AVX512-FP16 or AVX-NE-CONVERT"}
+
+
+def _has_half_path(device: torch.device, dtype: torch.dtype) -> bool:
+    if dtype == torch.bfloat16:
+        return has_native_bfloat16(device)  # the same oneDNN probe the suite's bf16 cases use
+    return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
 
 
 def check_packed_supported(device: torch.device, dtype: torch.dtype = torch.float32) -> None:
@@ -69,9 +75,9 @@ def check_packed_supported(device: torch.device, dtype: torch.dtype = torch.floa
     if not torch.backends.mkldnn.is_available():
         raise UserError("--weights packed needs a PyTorch built with oneDNN (mkldnn), which "
                         "this one is not; use --weights native")
-    if dtype in _HALF_PATHS and not getattr(torch.ops.mkldnn, _HALF_PATHS[dtype][0])():
+    if dtype in _HALF_FEATURES and not _has_half_path(device, dtype):
         name = str(dtype).removeprefix("torch.")
-        raise UserError(f"--weights packed in {name} needs a CPU with {_HALF_PATHS[dtype][1]} "
+        raise UserError(f"--weights packed in {name} needs a CPU with {_HALF_FEATURES[dtype]} "
                         f"(oneDNN's {name} path), which this one is not; use --dtype float32 "
                         "or --weights native")
 
