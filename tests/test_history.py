@@ -190,6 +190,10 @@ def test_an_injected_slowdown_counts_as_other_code(tmp_path):
     decode = [r for r in result.results if r.series.group == "decode"]
     assert all(r.code_changed(r.shifts[0]) is True for r in decode)
     assert decode[0].shift_commit(decode[0].shifts[0]) == "c0ffeec0+slow decode_stepx1.3"
+    # The trend plots' run labels say it too: the same commit, slowed.
+    from llmbench.history.plot import _run_label
+    labels = [_run_label(p) for p in decode[0].series.points]
+    assert labels[5:7] == ["6 c0ffeec", "7 c0ffeec+slow"]
 
 
 def test_a_baselines_folder_with_one_environment_is_read_as_that_environment(tmp_path):

@@ -143,7 +143,7 @@ def _measured_too(raw: np.ndarray, control: np.ndarray, shifts: list[Shift],
 
 def _judge(series: Series, share: MachineShare, control_s: dict[int, float | None],
            newest_run: int, limit: float, alpha: float, m: int) -> SeriesResult:
-    raw = np.log([p.median_s for p in series.points])
+    raw = series.log_medians
     control = np.log([control_s.get(p.run) or np.nan for p in series.points])
     x = raw - share.moves
     shifts = _measured_too(raw, control,
