@@ -29,7 +29,6 @@ from typing import NamedTuple
 import pytest
 
 from fixtures.timing import Work
-from llmbench.bench.settings import SETTINGS_KEY
 from llmbench.engine.agreement import token_agreement
 from llmbench.engine.attention import attention, attention_of
 from llmbench.engine.batching import generate_static_batch
@@ -159,15 +158,8 @@ def engine_work(engine_models, prompt_batch, bench_settings):
     return get
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Every configuration at batch 1; at larger batches, those the profile names."""
-    if metafunc.definition.name == "test_engine":
-        cases = metafunc.config.stash[SETTINGS_KEY].profile.engine_cases(CONFIGURATIONS)
-        metafunc.parametrize(("engine_batch", "configuration"), [c for _, c in cases],
-                             ids=[i for i, _ in cases])
-
-
 @pytest.mark.benchmark(group="engines")
+@pytest.mark.parametrize("configuration", list(CONFIGURATIONS))
 def test_engine(measure, engine_models, engine_work, bench_settings, configuration,
                 engine_batch):
     prompts, params, reference = engine_work(engine_batch)

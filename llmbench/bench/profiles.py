@@ -7,7 +7,6 @@ sweep point. Each sweep yields (id, value) pairs so the ids read like
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 # Fixed points shared by the sweeps: a 128-token prompt for the output sweep, 32 new
@@ -34,9 +33,6 @@ class Profile:
     batch_new_tokens: int
     sequential_batch: int
     engine_batch_sizes: tuple[int, ...]
-    # The engine configurations measured at batch sizes above 1 (None: every one). Batch 1
-    # always runs them all.
-    batched_engines: tuple[str, ...] | None
     engine_prompt_tokens: int
     engine_new_tokens: int
     concurrency: tuple[int, ...]
@@ -53,24 +49,17 @@ class Profile:
             "prefill_tokens": [(f"in={n}", n) for n in self.prefill_lengths],
             "decode_context": [(f"ctx={n}", n) for n in self.decode_contexts],
             "batch_size": [(f"bs={n}", n) for n in self.batch_sizes],
+            "engine_batch": [(f"bs={n}", n) for n in self.engine_batch_sizes],
             "concurrency": [(f"conc={n}", n) for n in self.concurrency],
             "server_output": [(f"out={n}", n) for n in self.server_output_lengths],
         }
         return sweeps[argname]
 
-    def engine_cases(self, configurations: Iterable[str]) -> list[tuple[str, tuple[int, str]]]:
-        """(id, (batch size, configuration)) pairs of the engines group, ids like
-        `bs=8-loop-packed`: every configuration at batch 1, and at larger batches those the
-        profile names."""
-        return [(f"bs={batch}-{name}", (batch, name))
-                for batch in self.engine_batch_sizes for name in configurations
-                if batch == 1 or self.batched_engines is None or name in self.batched_engines]
-
 
 # Benchmark arguments that the plugin (`options.pytest_generate_tests`) parametrizes from the
 # active profile.
 SWEEP_ARGNAMES = ("output_case", "input_case", "prefill_tokens", "decode_context",
-                  "batch_size", "concurrency", "server_output")
+                  "batch_size", "engine_batch", "concurrency", "server_output")
 
 
 PROFILES = {
@@ -82,15 +71,11 @@ PROFILES = {
         chat_passage_tokens=256, kv_prompt_tokens=64, kv_new_tokens=16,
         prefill_lengths=(32, 128, 512), decode_contexts=(16, 128), decode_steps=10,
         batch_sizes=(1, 2, 4, 8), batch_prompt_tokens=64, batch_new_tokens=16,
-        sequential_batch=3, engine_batch_sizes=(1, 8),
-        # At batch 8, the eager loop (the reference) and the fastest batched path of each
-        # precision: weights prepacked for oneDNN, float32 and bfloat16 (1.85x and 2.6x the
-        # reference's tokens/s on an AVX512-BF16 CPU, ahead of every compiled path). The
-        # rest repeat batch 1's comparison at several times its cost; `full` runs them, so
-        # the quick suite stays within 10 minutes on a 2-core CPU.
-        batched_engines=("loop", "loop-packed", "loop-bf16-packed"),
-        engine_prompt_tokens=64,
-        engine_new_tokens=16, concurrency=(1, 4, 8), server_output_lengths=(32,),
+        # The engines group at batch 1 only, and concurrency 1 and 8: batch 8 of every
+        # configuration (full) and concurrency 4 would take the suite past 10 minutes on a
+        # 2-core CPU. The batch-size sweep still measures the eager loop at batch 8.
+        sequential_batch=3, engine_batch_sizes=(1,), engine_prompt_tokens=64,
+        engine_new_tokens=16, concurrency=(1, 8), server_output_lengths=(32,),
         server_new_tokens=32,
     ),
     "full": Profile(
@@ -100,7 +85,6 @@ PROFILES = {
         prefill_lengths=(32, 128, 512, 1024, 2048), decode_contexts=(16, 128, 512, 1024),
         decode_steps=10, batch_sizes=(1, 2, 4, 8, 16, 32), batch_prompt_tokens=128,
         batch_new_tokens=32, sequential_batch=8, engine_batch_sizes=(1, 8),
-        batched_engines=None,
         engine_prompt_tokens=128, engine_new_tokens=32, concurrency=(1, 4, 8, 16),
         server_output_lengths=(16, 64, 256), server_new_tokens=32,
     ),

@@ -77,9 +77,11 @@ PLOTS = (
              "The same prompts generated one after another, and together as one static batch.",
              sequential_vs_batched),
     PlotSpec("engines.png", "Engines",
-             "Engine configurations on the same work, single prompt and batched: our "
-             "prefill/decode loop and transformers' generate, each eager on a dynamic and on a "
-             "static KV cache, and compiled on the static one; the loop with eager attention.",
+             "Engine configurations on the same work: our prefill/decode loop and "
+             "transformers' generate, each eager on a dynamic and on a static KV cache, and "
+             "compiled on the static one; the loop with eager attention, on weights packed for "
+             "oneDNN, and in bfloat16 with native, int8 and int4 weights. One prompt (and a "
+             "batch of 8 in the full profile).",
              engines),
     PlotSpec("server_generate.png", "Server overhead",
              "Latency and tokens/s of one non-streamed request through the HTTP server and of "
