@@ -191,8 +191,8 @@ def test_an_injected_slowdown_counts_as_other_code(tmp_path):
     assert all(r.code_changed(r.shifts[0]) is True for r in decode)
     assert decode[0].shift_commit(decode[0].shifts[0]) == "c0ffeec0+slow decode_stepx1.3"
     # The trend plots' run labels say it too: the same commit, slowed.
-    from llmbench.history.plot import _run_label
-    labels = [_run_label(p) for p in decode[0].series.points]
+    from llmbench.history.series import run_label
+    labels = [run_label(p) for p in decode[0].series.points]
     assert labels[5:7] == ["6 c0ffeec", "7 c0ffeec+slow"]
 
 

@@ -116,10 +116,9 @@ def quantize_weights(model: torch.nn.Module, weights: str, device: torch.device)
     returns what a baseline records of it ({} for native weights)."""
     if weights == "native":
         return {}
-    if weights == "packed":
-        check_packed_supported(device, next(model.parameters()).dtype)
-        return pack_linear_weights(model)
     check_weights_supported(weights, device, next(model.parameters()).dtype)
+    if weights == "packed":
+        return pack_linear_weights(model)
     config = _config(weights, model, device)
     layers = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     from torchao.quantization import quantize_

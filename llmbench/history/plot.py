@@ -15,6 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from llmbench.history.judge import HistoryResult, SeriesResult
+from llmbench.history.series import run_label
 
 DPI = 120
 ALL_BENCHMARKS_FILE = "history_all_benchmarks.png"
@@ -70,7 +71,7 @@ def _panel(ax, r: SeriesResult, relative: bool = False) -> None:
     color = VERDICT_COLORS.get(r.newest.verdict, "black")
     ax.plot([xs[-1]], [judged[-1]], marker="o", markersize=8, color=color, linestyle="none",
             label=f"newest: {r.newest.verdict}")
-    labels = [_run_label(p) for p in points]
+    labels = [run_label(p) for p in points]
     step = max(1, len(points) // 16)
     ax.set_xticks(xs[::step], labels[::step], fontsize=7, rotation=60, ha="right",
                   rotation_mode="anchor")
@@ -132,12 +133,3 @@ def _draw_all_benchmarks(result: HistoryResult, out_dir: Path) -> Path:
     path = out_dir / ALL_BENCHMARKS_FILE
     fig.savefig(path, dpi=DPI)
     return path
-
-
-def _run_label(point) -> str:
-    """`7 3d12a17`, with `+slow` where a slowdown was injected on top of the commit (it ran
-    other code than its commit says)."""
-    if not point.commit:
-        return str(point.run)
-    commit, injected, _ = point.commit.partition("+")
-    return f"{point.run} {commit[:7]}{'+slow' if injected else ''}"

@@ -106,6 +106,15 @@ def _code(run: runs.Run, injected: dict | None) -> str | None:
                                 for name, factor in sorted(slowed.items()))
 
 
+def run_label(point: Point) -> str:
+    """A point's run as a plot's axis says it: `7 3d12a17`, with `+slow` where `_code`
+    recorded an injected slowdown (it ran other code than its commit says)."""
+    if not point.commit:
+        return str(point.run)
+    commit, injected, _ = point.commit.partition("+")
+    return f"{point.run} {commit[:7]}{'+slow' if injected else ''}"
+
+
 def _point(number: int, run: runs.Run, code: str | None, bench: runs.Benchmark) -> Point:
     low, high = np.percentile(bench.samples, [25, 75])
     return Point(run=number, commit=code, when=run.datetime, median_s=bench.median_s,
