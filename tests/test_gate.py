@@ -179,6 +179,42 @@ def test_benchmarks_in_one_run_only_are_listed_not_compared():
     assert gate.summary_line(result).endswith("1 benchmarks in one run only, not compared")
 
 
+def test_a_benchmark_that_did_other_work_is_set_aside_not_judged():
+    """The same name doing other work (another profile's tokens) would be judged as a
+    regression by its time alone: 2x the tokens, 2x the time. It is listed instead."""
+    more_tokens = make_run(2, factors={"test_decode_steps[ctx=128]": 2.0})
+    changed = more_tokens["benchmarks"][-1]
+    changed["extra_info"] = {**changed["extra_info"], "output_tokens": 20}
+    result = gate.compare_runs(_run(1), run_from_json(more_tokens, "more"))
+    key = "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=128]"
+    assert [c.name for c in result.comparisons] == list(_run(1).benchmarks)[:3]
+    assert result.other_work == {key: "output_tokens 10 vs 20"}
+    assert result.exit_code == EXIT_OK
+    assert (f"1 did other work in the two runs (baseline vs candidate; another profile?), not "
+            f"compared: {key} (output_tokens 10 vs 20)") in gate.render_text(result)
+    assert gate.summary_line(result).endswith("1 did other work in the two runs, not compared")
+    assert gate.to_json(result)["other_work"] == {
+        key: "output_tokens 10 vs 20"}
+
+
+def test_a_field_only_one_run_recorded_is_no_difference():
+    older = make_run(2)
+    for bench in older["benchmarks"]:
+        bench["extra_info"] = {}  # a run saved before cases recorded their tokens
+    result = gate.compare_runs(_run(1), run_from_json(older, "older"))
+    assert (len(result.comparisons), result.other_work) == (4, {})
+
+
+def test_nothing_alike_says_the_names_did_other_work():
+    other = make_run(2)
+    for bench in other["benchmarks"]:
+        bench["extra_info"] = {"output_tokens": 32}
+    with pytest.raises(gate.NothingInCommon,
+                       match=r"4 of the same names did other work, e\.g\. output_tokens 10 vs "
+                             r"32\): were they run with the same -k and profile\?"):
+        gate.compare_runs(_run(1), run_from_json(other, "other"))
+
+
 def test_same_name_in_two_modules_is_labelled_by_fullname():
     a, b = make_run(1), make_run(2)
     for run, seed in ((a, 3), (b, 4)):

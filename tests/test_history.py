@@ -161,6 +161,25 @@ def test_a_shift_in_the_middle_is_found_at_its_run_and_commit(tmp_path):
     assert "run 0007" in text and "PASS" in text.splitlines()[-1]
 
 
+def test_runs_where_a_benchmark_did_other_work_are_not_in_its_series(tmp_path):
+    """A profile edited to generate twice the tokens doubles decode's time from run 7 on:
+    that is another measurement, not a change point of the code."""
+    env = tmp_path / "tiny-cpu-float32"
+    for i in range(1, 13):
+        edited = i >= 7
+        run = make_run(i, factors={"decode": 2.0 if edited else 1.0})
+        for bench in run["benchmarks"]:
+            if bench["group"] == "decode":
+                bench["extra_info"] = {"output_tokens": 20 if edited else 10}
+        write_run(env / f"{i:04d}_run.json", run)
+    result = history.judge_history(history.load_history(env))
+    runs_of = {r.series.name: [p.run for p in r.series.points] for r in result.results}
+    assert runs_of["test_decode_steps[ctx=16]"] == list(range(7, 13))
+    assert runs_of["test_prefill[in=32]"] == list(range(1, 13))
+    assert all(not r.shifts for r in result.results)
+    assert result.exit_code == EXIT_OK
+
+
 def test_a_shift_with_the_same_code_on_both_sides_is_called_the_machine_s(tmp_path):
     env = tmp_path / "tiny-cpu-float32"
     _write_history(env, [1.0] * 6 + [1.3] * 6, seed=1)

@@ -109,6 +109,8 @@ class GateResult:
     versions: Mapping[str, tuple] = field(default_factory=dict)
     only_baseline: tuple[str, ...] = ()
     only_candidate: tuple[str, ...] = ()
+    # In both runs under one name but recorded doing other work (key -> how): not compared.
+    other_work: Mapping[str, str] = field(default_factory=dict)
     design: sequential.Design | None = None  # paired A/B: the looks its verdicts were taken at
     pairing: Mapping | None = None  # paired A/B: every pair and why each benchmark stopped
     work: tuple[counted_work.WorkFinding, ...] = ()  # counted work, benchmark by benchmark
@@ -179,9 +181,11 @@ def _labels(run: Run, keys: Sequence[str]) -> dict[str, str]:
 
 
 def _common_and_thresholds(baseline: Run, candidate: Run, options: GateOptions
-                           ) -> tuple[list[str], dict[str, float], tuple[str, ...]]:
-    """The benchmarks both runs have, each one's threshold, and the environment differences
-    allowed; `UserError` when the runs cannot be compared."""
+                           ) -> tuple[list[str], dict[str, str], dict[str, float],
+                                      tuple[str, ...]]:
+    """The benchmarks both runs have and ran alike, those they have but ran otherwise (and
+    how), each compared one's threshold, and the environment differences allowed;
+    `UserError` when the runs cannot be compared."""
     if is_same_run(baseline, candidate):
         which = (baseline.source if baseline.source == candidate.source
                  else f"{baseline.source} and {candidate.source}")
@@ -190,12 +194,20 @@ def _common_and_thresholds(baseline: Run, candidate: Run, options: GateOptions
     mismatches = environment_differences(baseline.environment, candidate.environment)
     if mismatches and not options.allow_mismatch:
         raise EnvironmentMismatch(mismatches)
-    common = [k for k in candidate.benchmarks if k in baseline.benchmarks]
+    shared = [k for k in candidate.benchmarks if k in baseline.benchmarks]
+    # Timing one prompt against another is no verdict on the code: a benchmark whose work
+    # changed (another --profile, or a profile edited since) is set aside, never judged.
+    other_work = {k: "; ".join(d) for k in shared
+                  if (d := candidate.benchmarks[k].shape_differences(baseline.benchmarks[k]))}
+    common = [k for k in shared if k not in other_work]
     if not common:
         raise NothingInCommon(
             f"no benchmarks in common between {baseline.source} "
             f"({len(baseline.benchmarks)}) and {candidate.source} "
-            f"({len(candidate.benchmarks)}): were they run with the same -k and profile?")
+            f"({len(candidate.benchmarks)}"
+            + (f"; {len(other_work)} of the same names did other work, e.g. "
+               f"{next(iter(other_work.values()))}" if other_work else "")
+            + "): were they run with the same -k and profile?")
     device = candidate.device or baseline.device
     overrides = _resolve_overrides(candidate, common, options)
     try:
@@ -203,18 +215,19 @@ def _common_and_thresholds(baseline: Run, candidate: Run, options: GateOptions
                                              overrides) for k in common}
     except ValueError:
         raise UserError(f"no default threshold for device {device!r}: pass --threshold") from None
-    return common, thresholds, tuple(mismatches) if options.allow_mismatch else ()
+    return common, other_work, thresholds, tuple(mismatches) if options.allow_mismatch else ()
 
 
 def _result(baseline: Run, candidate: Run, options: GateOptions, common: Sequence[str],
-            comparisons, speed, mismatches, design=None) -> GateResult:
+            other_work: Mapping[str, str], comparisons, speed, mismatches, design=None
+            ) -> GateResult:
     return GateResult(
         baseline=baseline, candidate=candidate, options=options, comparisons=comparisons,
         labels=_labels(candidate, common), speed=speed, mismatches=mismatches,
         versions=version_differences(baseline.environment, candidate.environment),
         only_baseline=tuple(k for k in baseline.benchmarks if k not in candidate.benchmarks),
         only_candidate=tuple(k for k in candidate.benchmarks if k not in baseline.benchmarks),
-        design=design,
+        other_work=other_work, design=design,
         work=counted_work.judge_all(
             common, {k: baseline.benchmarks[k].extra_info for k in common},
             {k: candidate.benchmarks[k].extra_info for k in common}, options.work_threshold))
@@ -232,7 +245,8 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
             alpha=options.alpha,
             max_pairs=int(recorded.get("max_pairs") or sequential.DEFAULT_MAX_PAIRS))
         return compare_paired(baseline, candidate, design, options)
-    common, thresholds, mismatches = _common_and_thresholds(baseline, candidate, options)
+    common, other_work, thresholds, mismatches = _common_and_thresholds(baseline, candidate,
+                                                                        options)
     rule = stats.Rule(threshold=options.threshold or max(thresholds.values()),
                       alpha=options.alpha)
     speed = None
@@ -251,7 +265,8 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
     comparisons = stats.compare_family(
         pairs, rule, thresholds=thresholds, groups=groups,
         speed_ratio=speed.ratio if options.normalize and speed else 1.0, blocks=blocks)
-    return _result(baseline, candidate, options, common, comparisons, speed, mismatches)
+    return _result(baseline, candidate, options, common, other_work, comparisons, speed,
+                   mismatches)
 
 
 def compare_paired(baseline: Run, candidate: Run, design: sequential.Design,
@@ -263,10 +278,12 @@ def compare_paired(baseline: Run, candidate: Run, design: sequential.Design,
     if options.normalize:
         raise UserError("--normalize does not apply to a paired A/B: each pair already shares "
                         "its moment on the machine; drop it")
-    common, thresholds, mismatches = _common_and_thresholds(baseline, candidate, options)
+    common, other_work, thresholds, mismatches = _common_and_thresholds(baseline, candidate,
+                                                                        options)
     pairs = {k: (baseline.benchmarks[k].samples, candidate.benchmarks[k].samples)
              for k in common}
     groups = {k: candidate.benchmarks[k].group for k in common
               if candidate.benchmarks[k].group is not None}
     comparisons = sequential.judge_family(pairs, thresholds, design, groups)
-    return _result(baseline, candidate, options, common, comparisons, None, mismatches, design)
+    return _result(baseline, candidate, options, common, other_work, comparisons, None,
+                   mismatches, design)

@@ -158,6 +158,8 @@ def summary_line(result: GateResult) -> str:
     skipped = len(result.only_baseline) + len(result.only_candidate)
     if skipped:
         line += f"; {skipped} benchmarks in one run only, not compared"
+    if result.other_work:
+        line += f"; {len(result.other_work)} did other work in the two runs, not compared"
     return line
 
 
@@ -179,6 +181,12 @@ def _one_side_notes(result: GateResult, limit: int = 4) -> list[str]:
             shown = ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more (--format json "
                                                "lists them)" if len(keys) > limit else "")
             notes.append(f"{len(keys)} only in the {side} run, not compared: {shown}")
+    if result.other_work:
+        items = [f"{k} ({how})" for k, how in result.other_work.items()]
+        shown = ", ".join(items[:limit]) + (f" and {len(items) - limit} more (--format json "
+                                            "lists them)" if len(items) > limit else "")
+        notes.append(f"{len(items)} did other work in the two runs (baseline vs candidate; "
+                     f"another profile?), not compared: {shown}")
     return notes
 
 
@@ -237,6 +245,7 @@ def to_json(result: GateResult) -> dict:
         "work_regressions": [f.name for f in result.work_regressions],
         "only_baseline": list(result.only_baseline),
         "only_candidate": list(result.only_candidate),
+        "other_work": dict(result.other_work),
         "counts": result.counts,
         "summary": summary_line(result),
         "exit_code": result.exit_code,

@@ -151,8 +151,11 @@ def load_history(folder: str | os.PathLike, pattern: str | None = None,
     for key, bench in newest.benchmarks.items():
         if pattern and pattern.lower() not in bench.name.lower():
             continue
+        # A run where the same name did other work (a profile since edited) is another
+        # measurement, not a point of this one's series.
         points = tuple(_point(n, run, code, run.benchmarks[key]) for n, run, code in loaded
-                       if key in run.benchmarks and run.benchmarks[key].samples)
+                       if key in run.benchmarks and run.benchmarks[key].samples
+                       and not bench.shape_differences(run.benchmarks[key]))
         series.append(Series(key, bench.name, bench.group, points))
     if not series:
         raise runs.RunError(f"no benchmark of the newest run in {where} matches -k {pattern!r}")

@@ -31,6 +31,10 @@ UNGROUPED = "ungrouped"
 # Named conditions in reading order, the reference first; other names sort alphabetically.
 CATEGORY_ORDER = ("sequential", "batched", "loop", "hf")
 SUMMARY_STATS = ("min", "max", "median", "iqr", "rounds")  # pytest-benchmark's, as reported
+# What a case records of the work it did (extra_info). One benchmark name in two runs is one
+# measurement only when these agree: the same name in another profile, or in a profile that
+# changed since, can run other prompts or other numbers of tokens.
+WORK_SHAPE_FIELDS = ("input_tokens", "output_tokens", "batch_size", "concurrency")
 _SAMPLES_HINT = ("llmbench's pytest suite saves them in every run under --baseline-dir; "
                  "with plain pytest-benchmark, pass --benchmark-save-data (with "
                  "--benchmark-save or --benchmark-autosave) or use --benchmark-json")
@@ -122,6 +126,13 @@ class Benchmark:
         spread = [v for k, v in summary.items()
                   if k in ("min", "max") or re.fullmatch(r"p\d+(\.\d+)?", k)]
         return centre, min(spread + [centre]), max(spread + [centre])
+
+    def shape_differences(self, other: Benchmark) -> list[str]:
+        """How its recorded work differs from `other`'s ("output_tokens 32 vs 16"), [] if it
+        does not; a field only one of them recorded is not a difference."""
+        mine, theirs = self.extra_info, other.extra_info
+        return [f"{k} {theirs[k]!r} vs {mine[k]!r}" for k in WORK_SHAPE_FIELDS
+                if k in mine and k in theirs and mine[k] != theirs[k]]
 
     @property
     def tokens_per_second(self) -> float | None:
