@@ -29,6 +29,7 @@ from typing import NamedTuple
 import pytest
 
 from fixtures.timing import Work
+from llmbench.bench.settings import SETTINGS_KEY
 from llmbench.engine.agreement import token_agreement
 from llmbench.engine.attention import attention, attention_of
 from llmbench.engine.batching import generate_static_batch
@@ -158,8 +159,16 @@ def engine_work(engine_models, prompt_batch, bench_settings):
     return get
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The configurations the active profile runs (all of them unless it names some)."""
+    if "configuration" in metafunc.fixturenames:
+        chosen = metafunc.config.stash[SETTINGS_KEY].profile.engine_configurations
+        unknown = sorted(set(chosen or ()) - set(CONFIGURATIONS))
+        assert not unknown, f"the profile names unknown engine configurations: {unknown}"
+        metafunc.parametrize("configuration", list(chosen or CONFIGURATIONS))
+
+
 @pytest.mark.benchmark(group="engines")
-@pytest.mark.parametrize("configuration", list(CONFIGURATIONS))
 def test_engine(measure, engine_models, engine_work, bench_settings, configuration,
                 engine_batch):
     prompts, params, reference = engine_work(engine_batch)

@@ -1,10 +1,10 @@
-"""Latency against prompt length at a fixed 32 new tokens: exact-length token prompts,
-plus a chat-formatted real passage as a chat user would send it."""
+"""Latency against prompt length at a fixed number of new tokens (the profile's: 16 quick,
+32 full): exact-length token prompts, plus a chat-formatted real passage as a chat user
+would send it."""
 
 import pytest
 
 from fixtures.timing import Work
-from llmbench.bench.profiles import SWEEP_OUTPUT_TOKENS
 from llmbench.engine.config import SamplingParams
 from llmbench.engine.loop import generate
 from llmbench.engine.prompts import chat_passage_ids
@@ -23,6 +23,7 @@ def test_input_chat_passage(measure, model, bench_settings):
     if not model.is_chat:
         pytest.skip(f"{model.name} has no chat template")
     prompt = chat_passage_ids(model.tokenizer, bench_settings.profile.chat_passage_tokens)
-    params = SamplingParams(max_new_tokens=SWEEP_OUTPUT_TOKENS, ignore_eos=True)
-    measure(lambda: generate(model, prompt, params),
-            expect=Work(len(prompt), SWEEP_OUTPUT_TOKENS), chat=True)
+    num_output = bench_settings.profile.input_sweep_new_tokens
+    params = SamplingParams(max_new_tokens=num_output, ignore_eos=True)
+    measure(lambda: generate(model, prompt, params), expect=Work(len(prompt), num_output),
+            chat=True)

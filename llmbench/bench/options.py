@@ -157,8 +157,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SETTINGS_KEY] = _settings_from(config)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize sweep arguments from the active profile, with readable ids."""
+    """Parametrize sweep arguments from the active profile, with readable ids. First, so
+    their ids lead (`bs=1-loop`), before those a test module parametrizes itself."""
     profile = metafunc.config.stash[SETTINGS_KEY].profile
     for argname in SWEEP_ARGNAMES:
         if argname in metafunc.fixturenames:

@@ -78,10 +78,11 @@ PLOTS = (
              sequential_vs_batched),
     PlotSpec("engines.png", "Engines",
              "Engine configurations on the same work: our prefill/decode loop and "
-             "transformers' generate, each eager on a dynamic and on a static KV cache, and "
-             "compiled on the static one; the loop with eager attention, on weights packed for "
-             "oneDNN, and in bfloat16 with native, int8 and int4 weights. One prompt (and a "
-             "batch of 8 in the full profile).",
+             "transformers' generate, each eager on a dynamic KV cache and compiled on a "
+             "static one, and the loop eager on a static one; the loop on weights packed for "
+             "oneDNN, and in bfloat16 with native, int8 and int4 weights. One prompt; the full "
+             "profile adds a batch of 8, the loop with eager attention and generate eager on a "
+             "static cache.",
              engines),
     PlotSpec("server_generate.png", "Server overhead",
              "Latency and tokens/s of one non-streamed request through the HTTP server and of "
