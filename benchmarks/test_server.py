@@ -26,7 +26,10 @@ def _load_work(result, num_requests: int, num_tokens: int) -> Work:
     counts = [s.server_output_tokens if s.server_output_tokens is not None else s.output_tokens
               for s in result.ok]
     assert counts == [num_tokens] * num_requests, counts
-    return Work(sum(s.input_tokens or 0 for s in result.ok), sum(counts))
+    # A server that reports no prompt tokens (llama-cpp-python's, streaming) leaves them
+    # unknown: recorded as such, never as 0.
+    inputs = [s.input_tokens for s in result.ok]
+    return Work(None if None in inputs else sum(inputs), sum(counts))
 
 
 def _median_of(results, metric: str, percentile: str = "p50") -> float | None:

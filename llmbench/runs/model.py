@@ -129,10 +129,11 @@ class Benchmark:
 
     def shape_differences(self, other: Benchmark) -> list[str]:
         """How its recorded work differs from `other`'s ("output_tokens 32 vs 16"), [] if it
-        does not; a field only one of them recorded is not a difference."""
+        does not; a field only one of them recorded (or recorded as unknown, None) is not a
+        difference."""
         mine, theirs = self.extra_info, other.extra_info
         return [f"{k} {theirs[k]!r} vs {mine[k]!r}" for k in WORK_SHAPE_FIELDS
-                if k in mine and k in theirs and mine[k] != theirs[k]]
+                if mine.get(k) is not None and theirs.get(k) is not None and mine[k] != theirs[k]]
 
     @property
     def tokens_per_second(self) -> float | None:
