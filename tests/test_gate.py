@@ -197,6 +197,15 @@ def test_a_benchmark_that_did_other_work_is_set_aside_not_judged():
         key: "output_tokens 10 vs 20"}
 
 
+def test_a_threshold_may_name_a_benchmark_set_aside():
+    """It is still in both runs: naming it is no user error, it just judges nothing."""
+    other = make_run(2)
+    other["benchmarks"][-1]["extra_info"] = {"output_tokens": 20}
+    options = gate.GateOptions(threshold_for={"test_decode_steps[ctx=128]": 0.3})
+    result = gate.compare_runs(_run(1), run_from_json(other, "other"), options)
+    assert len(result.comparisons) == 3 and len(result.other_work) == 1
+
+
 def test_a_field_only_one_run_recorded_is_no_difference():
     older = make_run(2)
     for i, bench in enumerate(older["benchmarks"]):

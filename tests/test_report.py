@@ -203,6 +203,32 @@ def test_a_partial_run_draws_only_what_it_has(tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "r").glob("*.png")) == ["prefill_decode.png"]
 
 
+def test_a_case_that_did_other_work_is_named_so_and_not_drawn_beside_the_run(tmp_path,
+                                                                             monkeypatch):
+    base = make_run(tmp_path / "base.json", seed=1, groups={"decode"})
+    run = make_run(tmp_path / "run.json", seed=2, slow=2.0, groups={"decode"})
+    data = json.loads(run.read_text())
+    for bench in data["benchmarks"]:  # twice the tokens at twice the time: another profile's
+        if bench["name"] == "test_decode_steps[ctx=128]":
+            bench["extra_info"]["output_tokens"] = 20
+    run.write_text(json.dumps(data))
+    drawn_beside = []
+    real_draw_all = plots.draw_all
+
+    def draw_all(run, baseline, out):
+        drawn_beside.append(sorted(b.name for b in baseline.benchmarks.values()))
+        return real_draw_all(run, baseline, out)
+
+    monkeypatch.setattr(plots, "draw_all", draw_all)
+    result = report.write_report(run, tmp_path / "r", base)
+    decode = _section((tmp_path / "r" / "report.md").read_text(), "decode")
+    assert "| did other work: output_tokens 10 vs 20 |" in decode
+    assert decode.count("**regression**") == 1  # ctx=16, the one judged
+    assert drawn_beside == [["test_decode_steps[ctx=16]"]]
+    assert list(result.gate.other_work) == [
+        "benchmarks/x.py::test_decode_steps[ctx=128]"]
+
+
 def test_baseline_from_another_environment_is_refused_unless_allowed(tmp_path, capsys):
     base = make_run(tmp_path / "b.json", seed=1, device="cuda", groups={"kv-cache"})
     run = make_run(tmp_path / "c.json", seed=2, groups={"kv-cache"})

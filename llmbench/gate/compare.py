@@ -209,7 +209,8 @@ def _common_and_thresholds(baseline: Run, candidate: Run, options: GateOptions
                f"{next(iter(other_work.values()))}" if other_work else "")
             + "): were they run with the same -k and profile?")
     device = candidate.device or baseline.device
-    overrides = _resolve_overrides(candidate, common, options)
+    # Names resolve against every shared benchmark: one set aside is still in both runs.
+    overrides = _resolve_overrides(candidate, shared, options)
     try:
         thresholds = {k: stats.threshold_for(k, candidate.benchmarks[k].group, device or "?",
                                              overrides) for k in common}

@@ -40,7 +40,9 @@ def _rates(bench: Benchmark, per_prompt_token: bool) -> tuple[float | None, floa
     return count / bench.median_s, 1e3 * bench.median_s / count
 
 
-def _verdict_cells(c) -> list[str]:
+def _verdict_cells(c, other_work: str | None = None) -> list[str]:
+    if other_work is not None:
+        return ["–", "–", f"did other work: {other_work}"]
     if c is None:
         return ["–", "–", "not in the baseline"]
     high = "inf" if math.isinf(c.ci_high) else f"{c.ci_high:.3f}"
@@ -74,7 +76,7 @@ def group_table(benches: list[Benchmark], result: gate.GateResult | None) -> lis
                                                                    strict=True)),
                *("–" if m is None else f"{m[0]:,.1f}" for m in metrics)]
         if result is not None:
-            row += _verdict_cells(by_key.get(b.key))
+            row += _verdict_cells(by_key.get(b.key), result.other_work.get(b.key))
         lines.append("| " + " | ".join(row) + " |")
     return lines
 

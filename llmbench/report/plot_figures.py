@@ -120,7 +120,8 @@ def engines(fig, run, baseline):
                f"{b.value('engine_batch') or b.value('batch_size')}",
                series_of=engine_configuration,
                what="Engine configurations: our loop and transformers' generate; KV "
-                    "cache, compile, attention, precision and weights")
+                    "cache, compile, precision and weights (and attention, in the full "
+                    "profile)")
 
 
 def engine_configuration(bench) -> str:

@@ -34,7 +34,9 @@ def work_table(run: Run, result: gate.GateResult | None) -> list[str]:
         row = [f"`{bench.name}`", *cells]
         if result is not None:
             finding = findings.get(key)
-            if finding is None:
+            if key in result.other_work:
+                row.append(f"did other work: {result.other_work[key]}")
+            elif finding is None:
                 row.append("not in the baseline")
             elif finding.status in (WorkStatus.UNCHANGED, WorkStatus.NOT_COUNTED):
                 row.append(finding.status.value)

@@ -14,6 +14,7 @@ one atomic writer.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,16 @@ class ReportResult:
     gate: gate.GateResult | None
 
 
+def _like_for_like(baseline: runs.Run | None, result: gate.GateResult | None
+                   ) -> runs.Run | None:
+    """The baseline as the plots may draw it beside the run: without the benchmarks that did
+    other work there (another profile's tokens would sit at the same x as this run's)."""
+    if baseline is None or result is None or not result.other_work:
+        return baseline
+    return dataclasses.replace(baseline, benchmarks={
+        k: b for k, b in baseline.benchmarks.items() if k not in result.other_work})
+
+
 def write_report(run_path: str | os.PathLike, out_dir: str | os.PathLike,
                  baseline_path: str | os.PathLike | None = None, *, force: bool = False,
                  options: gate.GateOptions | None = None) -> ReportResult:
@@ -75,7 +86,7 @@ def write_report(run_path: str | os.PathLike, out_dir: str | os.PathLike,
                 (out / name).unlink(missing_ok=True)
         if result is not None and result.comparisons:
             verdict_plot.draw_verdicts(result, out / verdict_plot.FILE)
-        outcomes = plots.draw_all(run, baseline, out)
+        outcomes = plots.draw_all(run, _like_for_like(baseline, result), out)
         runs.write_atomic(target, render_markdown(run, result, baseline, outcomes),
                           replace=force)
     except FileExistsError:
