@@ -158,13 +158,13 @@ class GateResult:
         return max(needed, default=None)
 
 
-def _resolve_overrides(run: Run, common: Sequence[str], options: GateOptions
+def _resolve_overrides(run: Run, shared: Sequence[str], options: GateOptions
                        ) -> stats.ThresholdOverrides:
     by_key: dict[str, float] = {}
     by_group: dict[str, float] = {}
-    groups = {run.benchmarks[k].group for k in common} - {None}
+    groups = {run.benchmarks[k].group for k in shared} - {None}
     for name, value in options.threshold_for.items():
-        keys = [k for k in common if name in (k, run.benchmarks[k].name)]
+        keys = [k for k in shared if name in (k, run.benchmarks[k].name)]
         if keys:
             by_key.update(dict.fromkeys(keys, value))
         elif name in groups:

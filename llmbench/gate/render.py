@@ -174,19 +174,20 @@ def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str
     return [fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)]
 
 
+def _listed(items: Sequence[str], limit: int) -> str:
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit} more (--format json lists "
+                                       "them)" if len(items) > limit else "")
+
+
 def _one_side_notes(result: GateResult, limit: int = 4) -> list[str]:
-    notes = []
-    for side, keys in (("baseline", result.only_baseline), ("candidate", result.only_candidate)):
-        if keys:
-            shown = ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more (--format json "
-                                               "lists them)" if len(keys) > limit else "")
-            notes.append(f"{len(keys)} only in the {side} run, not compared: {shown}")
+    """The benchmarks not compared, and why: in one run only, or doing other work."""
+    notes = [f"{len(keys)} only in the {side} run, not compared: {_listed(keys, limit)}"
+             for side, keys in (("baseline", result.only_baseline),
+                                ("candidate", result.only_candidate)) if keys]
     if result.other_work:
         items = [f"{k} ({how})" for k, how in result.other_work.items()]
-        shown = ", ".join(items[:limit]) + (f" and {len(items) - limit} more (--format json "
-                                            "lists them)" if len(items) > limit else "")
         notes.append(f"{len(items)} did other work in the two runs (baseline vs candidate; "
-                     f"another profile?), not compared: {shown}")
+                     f"another profile?), not compared: {_listed(items, limit)}")
     return notes
 
 
