@@ -8,6 +8,9 @@ to fix it; the CLI prints that line and exits with `EXIT_USAGE`. Internal invari
 EXIT_OK = 0
 EXIT_REGRESSION = 1
 EXIT_USAGE = 2
+# A stored comparison found benchmarks slower that it could neither prove nor clear: not a
+# pass, not a regression (`llmbench.gate.stored`). Outside pytest's own 0-5.
+EXIT_NOT_CONFIRMED = 6
 
 
 class UserError(ValueError):

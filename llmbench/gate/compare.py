@@ -24,8 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import llmbench.gate.work as counted_work
-from llmbench.errors import EXIT_OK, EXIT_REGRESSION, UserError
-from llmbench.gate import sequential, stats
+from llmbench.errors import EXIT_NOT_CONFIRMED, EXIT_OK, EXIT_REGRESSION, UserError
+from llmbench.gate import noise as between_noise
+from llmbench.gate import sequential, stats, stored
+from llmbench.runs.code import code_differences
 from llmbench.runs.environment import (
     EnvironmentMismatch,
     environment_differences,
@@ -114,6 +116,19 @@ class GateResult:
     design: sequential.Design | None = None  # paired A/B: the looks its verdicts were taken at
     pairing: Mapping | None = None  # paired A/B: every pair and why each benchmark stopped
     work: tuple[counted_work.WorkFinding, ...] = ()  # counted work, benchmark by benchmark
+    # How the two runs' code differs ([]: the same code, so no verdict on it); None when
+    # judged paired, where the question does not arise.
+    code: tuple[str, ...] | None = None
+    noise: between_noise.NoiseEstimate | None = None  # stored comparisons: the noise between runs
+    between: Mapping[str, between_noise.Between] = field(default_factory=dict)
+    # The paired A/B that settled a stored comparison's slower benchmarks, or why none ran:
+    # {"status": "ran"|"not run", "why", "against", "benchmarks", "seconds"}.
+    confirmation: Mapping | None = None
+
+    @property
+    def same_code(self) -> bool:
+        """Both runs measured the same code: any difference is the machine's."""
+        return self.code == ()
 
     @property
     def work_versions(self) -> list[str]:
@@ -145,10 +160,14 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
+        if self.work_regressions:
+            return EXIT_REGRESSION
+        if self.same_code:
+            return EXIT_OK
         counts = self.counts
-        failing = (counts["regression"] or self.work_regressions
-                   or (self.options.fail_on_inconclusive and counts["inconclusive"]))
-        return EXIT_REGRESSION if failing else EXIT_OK
+        if counts["regression"] or (self.options.fail_on_inconclusive and counts["inconclusive"]):
+            return EXIT_REGRESSION
+        return EXIT_NOT_CONFIRMED if counts[stats.Verdict.NOT_CONFIRMED.value] else EXIT_OK
 
     @property
     def rounds_needed(self) -> tuple[int, str] | None:
@@ -234,11 +253,15 @@ def _result(baseline: Run, candidate: Run, options: GateOptions, common: Sequenc
             {k: candidate.benchmarks[k].extra_info for k in common}, options.work_threshold))
 
 
-def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = None
-                 ) -> GateResult:
+def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = None,
+                 history: Sequence[Run] = ()) -> GateResult:
     """Judge every benchmark the two runs share; `UserError` when they cannot be compared.
     The two sides of one paired A/B (`llmbench ab --keep`) are judged on their pairs, as
-    `ab` judged them, unless --normalize asks for the unpaired rule."""
+    `ab` judged them, unless --normalize asks for the unpaired rule.
+
+    Two stored runs are judged by `stored`'s rules: no verdict when they measured the same
+    code, and otherwise the rounds' verdicts only where the noise between runs, measured
+    from `history` (this environment's saved runs, `noise.estimate_noise`), supports them."""
     options = options or GateOptions()
     if baseline.paired_with(candidate) and not options.normalize:
         recorded = baseline.pairing.get("design") or {}
@@ -266,8 +289,24 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
     comparisons = stats.compare_family(
         pairs, rule, thresholds=thresholds, groups=groups,
         speed_ratio=speed.ratio if options.normalize and speed else 1.0, blocks=blocks)
-    return _result(baseline, candidate, options, common, other_work, comparisons, speed,
-                   mismatches)
+    result = _result(baseline, candidate, options, common, other_work, comparisons, speed,
+                     mismatches)
+    if blocks:  # pooled A/B blocks are already judged between processes
+        return result
+    code = tuple(code_differences(baseline, candidate))
+    estimate = between_noise.estimate_noise(history)
+    between = between_noise.between_runs({c.name: c.ratio for c in comparisons}, estimate.spreads,
+                                 {c.name: c.threshold for c in comparisons}, rule.confidence)
+    confirmation = None
+    if code:
+        comparisons = stored.stored_verdicts(comparisons, between, options.alpha)
+        # The suite's gate confirmed this very pair by a paired A/B when it ran: the same
+        # verdicts again, not the stored runs' alone.
+        if (confirmation := stored.recorded_confirmation(baseline, candidate)) is not None:
+            comparisons = stored.apply_recorded(comparisons, confirmation)
+            confirmation = {k: v for k, v in confirmation.items() if k != "comparisons"}
+    return dataclasses.replace(result, comparisons=comparisons, code=code, noise=estimate,
+                               between=between, confirmation=confirmation)
 
 
 def compare_paired(baseline: Run, candidate: Run, design: sequential.Design,

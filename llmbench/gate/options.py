@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmbench.argtypes import number, parsed_by
+from llmbench.argtypes import duration, number, parsed_by
 from llmbench.gate.compare import (
     DEFAULT_ALPHA,
     GateOptions,
@@ -90,6 +90,18 @@ COMPARE_TO = Flag(
          "or 'latest': the newest run of this environment in --baseline-dir); a regression "
          "fails the session. Write --compare-to=PATH: pytest takes a bare PATH for a test "
          "path. Default: %(default)r")
+
+
+# pytest only: the paired A/B that confirms a stored comparison's slower benchmarks.
+CONFIRM_BUDGET = Flag(
+    "--confirm-budget", default=240.0, metavar="DURATION", type=duration,
+    help="--compare-to: when the stored runs measured different code and some benchmarks are "
+         "slower, confirm them by a paired A/B against the baseline's commit within this "
+         "wall time (e.g. 4m, 90s); its verdicts replace the stored ones. Default: 4m")
+NO_CONFIRM = Flag(
+    "--no-confirm", default=False, action="store_true",
+    help="--compare-to: do not confirm; slower benchmarks the noise between runs cannot "
+         "prove stay 'not confirmed' (exit 6). Default: %(default)r")
 
 
 def register(add_argument: Callable[..., Any], flags: Iterable[Flag] = FLAGS,

@@ -33,10 +33,32 @@ def _interval(low: float, high: float) -> str:
     return f"[{low:.3f}, {'inf' if math.isinf(high) else f'{high:.3f}'}]"
 
 
-def _verdict_cell(c: stats.Comparison) -> str:
+def significant_shift(result: GateResult, c: stats.Comparison) -> str | None:
+    """'slower by 7-10%' when a benchmark that is neither a regression nor an improvement
+    still moved significantly (its interval excludes 1: within the threshold, or straddling
+    it); None otherwise. A stored comparison says so only against the noise between runs."""
+    if c.verdict in (stats.Verdict.REGRESSION, stats.Verdict.IMPROVEMENT) or result.same_code:
+        return None
+    low, high = c.ci_low, c.ci_high
+    if result.code is not None and not c.n_pairs:  # stored runs: the rounds are not enough
+        between = result.between.get(c.name)
+        if between is None:
+            return None
+        low, high = between.ci_low, between.ci_high
+    if low > 1:
+        return f"slower by {low - 1:.0%}-{high - 1:.0%}" if math.isfinite(high) else None
+    if high < 1:
+        return f"faster by {1 - high:.0%}-{1 - low:.0%}"
+    return None
+
+
+def _verdict_cell(result: GateResult, c: stats.Comparison) -> str:
+    if result.same_code:
+        return "same code"
+    notes = [n for n in (significant_shift(result, c),) if n]
     if c.verdict is stats.Verdict.INCONCLUSIVE and c.rounds_needed is not None:
-        return f"inconclusive (~{c.rounds_needed} {c.unit}{c.per_side})"
-    return c.verdict.value
+        notes.append(f"~{c.rounds_needed} {c.unit}{c.per_side}")
+    return c.verdict.value + (f" ({', '.join(notes)})" if notes else "")
 
 
 def _rows(result: GateResult) -> list[tuple[str, ...]]:
@@ -44,7 +66,7 @@ def _rows(result: GateResult) -> list[tuple[str, ...]]:
     return [(result.labels[c.name], format_seconds(c.baseline_median),
              format_seconds(c.candidate_median),
              f"{c.ratio:.3f}", _interval(c.ci_low, c.ci_high), f"{c.p_adjusted:.2g}",
-             work.get(c.name, "-"), _verdict_cell(c)) for c in result.comparisons]
+             work.get(c.name, "-"), _verdict_cell(result, c)) for c in result.comparisons]
 
 
 def _work_consequence(result: GateResult, finding: WorkFinding) -> str:
@@ -85,6 +107,65 @@ def _describe(run: Run) -> str:
     return f"{run.source}" + (f" ({extra})" if extra else "")
 
 
+def _commit(run: Run) -> str:
+    return (run.commit_info.get("id") or "")[:8] or "BASELINE_COMMIT"
+
+
+def _machine_words(result: GateResult) -> str:
+    """How far the same code moved between the two runs: the machine's share."""
+    ratios = sorted(c.ratio for c in result.comparisons)
+    if not ratios:
+        return "nothing timed in common"
+    middle = sorted(abs(math.log(r)) for r in ratios)[len(ratios) // 2]
+    return (f"every difference is the machine's (ratios x{ratios[0]:.3f} to x{ratios[-1]:.3f}, "
+            f"median move {math.expm1(middle):.1%}); kept as an observation of the noise "
+            "between runs")
+
+
+def noise_line(result: GateResult) -> str | None:
+    """What the noise between runs is known to be, and the smallest regression a stored
+    comparison can call against it; None when the comparison is paired."""
+    if result.code is None:
+        return None
+    estimate = result.noise
+    commit = _commit(result.baseline)
+    if estimate is None or not estimate.spreads:
+        return ("noise between runs: not measured yet (no two saved runs of one code in this "
+                "environment), so the smallest change a stored comparison can tell apart from "
+                "the machine's drift is unknown; run unchanged code again to measure it, or "
+                f"`llmbench ab {commit}` for a paired verdict now")
+    smallest = sorted(b.smallest_regression for b in result.between.values())
+    reach = (f"; a stored comparison calls a regression from x{smallest[len(smallest) // 2]:.2f}"
+             f" (median benchmark; x{smallest[0]:.2f} to x{smallest[-1]:.2f}), smaller "
+             f"changes need `llmbench ab {commit}`" if smallest else "")
+    return (f"noise between runs: from {estimate.runs} saved runs of {estimate.groups} "
+            f"code{'s' if estimate.groups != 1 else ''} ({estimate.observations} A/A "
+            f"observation{'s' if estimate.observations != 1 else ''}){reach}")
+
+
+def code_lines(result: GateResult) -> list[str]:
+    """Whether the two runs measured the same code, the noise between runs, and the paired
+    A/B that settled what the stored runs could not."""
+    if result.code is None:
+        return []
+    lines = []
+    if result.same_code:
+        lines.append("code: the same in both runs (one commit, clean tree, same versions): no "
+                     "verdict on the code, every difference is the machine's")
+    else:
+        lines.append(f"code differs: {'; '.join(result.code)}")
+    if (line := noise_line(result)) is not None:
+        lines.append(line)
+    conf = result.confirmation
+    if conf is not None and conf.get("status") == "ran":
+        lines.append(f"confirmed by a paired A/B against {conf.get('against', '')[:8]}: "
+                     f"{len(conf.get('benchmarks', ()))} benchmarks in "
+                     f"{conf.get('seconds', 0):.0f} s; their verdicts are the A/B's")
+    elif conf is not None:
+        lines.append(f"not confirmed by a paired A/B: {conf.get('why')}")
+    return lines
+
+
 def header_lines(result: GateResult) -> list[str]:
     """What was compared and under which conditions, one fact a line."""
     env = result.candidate.environment or {}
@@ -102,6 +183,7 @@ def header_lines(result: GateResult) -> list[str]:
     if result.mismatches:
         lines.append("ENVIRONMENT MISMATCH (allowed by --allow-mismatch): "
                      + "; ".join(result.mismatches))
+    lines += code_lines(result)
     s = result.speed
     if result.design is not None:
         lines.append("machine speed: shared by both rounds of each pair, so no control is "
@@ -138,20 +220,38 @@ def summary_line(result: GateResult) -> str:
     """One line: the outcome, every verdict counted, and what inconclusive means here."""
     n = result.counts
     total = len(result.comparisons)
+    if result.same_code:
+        line = f"SAME CODE: no verdict on the code; {_machine_words(result)}"
+        if result.work_regressions:
+            line = (f"REGRESSION: {len(result.work_regressions)} with more work, although "
+                    f"both runs measured the same code; {_machine_words(result)}")
+        return line
+    not_confirmed = n[stats.Verdict.NOT_CONFIRMED.value]
     if n["regression"] or result.work_regressions:
         outcome = "REGRESSION"
     elif n["inconclusive"] and result.options.fail_on_inconclusive:
         outcome = "FAIL (inconclusive, --fail-on-inconclusive)"
+    elif not_confirmed:
+        outcome = "NOT CONFIRMED"
     elif n["inconclusive"]:
         outcome = "PASS, NOT VERIFIED"
     else:
         outcome = "PASS"
     counts = (f"{n['regression']} regression, {n['improvement']} improvement, "
-              f"{n['unchanged']} unchanged, {n['inconclusive']} inconclusive of {total}")
+              f"{n['unchanged']} unchanged, {n['inconclusive']} inconclusive"
+              + (f", {not_confirmed} not confirmed" if not_confirmed else "") + f" of {total}")
     line = f"{outcome}: {counts}"
     if result.work_regressions:
         line += f"; {len(result.work_regressions)} with more work"
-    if n["inconclusive"]:
+    slower = [c for c in result.comparisons
+              if (shift := significant_shift(result, c)) and shift.startswith("slower")]
+    if slower:
+        line += (f"; {len(slower)} significantly slower but not beyond the threshold "
+                 f"({_listed([result.labels[c.name] for c in slower], 3)})")
+    if not_confirmed:
+        line += (" (not confirmed is not a pass: slower in these two runs, not proven beyond "
+                 "the noise between runs; a paired A/B decides)")
+    if n["inconclusive"] and result.rounds_needed is not None:
         most, unit = result.rounds_needed
         per_side = "" if unit == "pairs" else "/side"
         line += f" (inconclusive is not a pass: up to ~{most} {unit}{per_side} would decide)"
@@ -247,6 +347,16 @@ def to_json(result: GateResult) -> dict:
         "only_baseline": list(result.only_baseline),
         "only_candidate": list(result.only_candidate),
         "other_work": dict(result.other_work),
+        "code": None if result.code is None else list(result.code),
+        "same_code": result.same_code,
+        "noise": None if result.noise is None else {
+            "runs": result.noise.runs, "codes": result.noise.groups,
+            "observations": result.noise.observations,
+            "prior_df": _finite(result.noise.prior_df),
+            "spreads": {k: {**dataclasses.asdict(v), "df": _finite(v.df)}
+                        for k, v in result.noise.spreads.items()}},
+        "between": {k: dataclasses.asdict(v) for k, v in result.between.items()},
+        "confirmation": None if result.confirmation is None else dict(result.confirmation),
         "counts": result.counts,
         "summary": summary_line(result),
         "exit_code": result.exit_code,

@@ -73,6 +73,9 @@ class Verdict(str, Enum):
     IMPROVEMENT = "improvement"
     UNCHANGED = "unchanged"
     INCONCLUSIVE = "inconclusive"
+    # Never given here: a stored comparison's regression on the rounds that the noise
+    # between runs, or a paired A/B that could not run, leaves unproven (`gate.stored`).
+    NOT_CONFIRMED = "not confirmed"
 
     def __str__(self) -> str:
         return self.value

@@ -1,11 +1,13 @@
 """Saved runs: the one model of a pytest-benchmark run (`model`), reading it back, writing
 it atomically and numbering it (`store`), and the environment it was measured in
-(`environment`: fingerprint, matching, version differences). The names below are the
+(`environment`: fingerprint, matching, version differences), and the code it measured
+(`code`: commit, clean tree, versions, injected slowdowns). The names below are the
 package's API; everything that reads or writes a run goes through them.
 
 May import: `llmbench.errors` only.
 """
 
+from llmbench.runs.code import Code, code_differences, code_of, same_code
 from llmbench.runs.environment import (
     FIELD_DEFAULTS,
     MATCHED_FIELDS,
@@ -30,6 +32,7 @@ from llmbench.runs.store import (
     BASELINES_DIR,
     LATEST,
     NoBaseline,
+    environment_runs,
     latest_comparable,
     latest_run,
     list_runs,
@@ -38,16 +41,19 @@ from llmbench.runs.store import (
     resolve_run,
     run_number,
     save_numbered,
+    saved_history,
     write_atomic,
     write_new_json,
 )
 
 __all__ = [
-    "BASELINES_DIR", "FIELD_DEFAULTS", "LATEST", "MATCHED_FIELDS", "Benchmark",
+    "BASELINES_DIR", "FIELD_DEFAULTS", "Code", "code_differences", "code_of", "same_code",
+    "environment_runs", "LATEST", "MATCHED_FIELDS", "Benchmark",
     "EnvironmentMismatch", "NoBaseline", "Run", "RunError", "environment_differences",
     "environment_key",
     "is_number", "is_same_run", "latest_comparable", "latest_run", "library_versions",
     "list_runs", "load_run", "median", "pool_runs", "read_json", "resolve_run",
-    "run_from_json", "run_number", "save_numbered", "strip_volatile", "version_differences",
+    "run_from_json", "run_number", "save_numbered", "saved_history", "strip_volatile",
+    "version_differences",
     "write_atomic", "write_new_json",
 ]

@@ -161,6 +161,9 @@ class Run:
     datetime: str | None = None
     path: Path | None = None
     pairing: Mapping | None = None  # `llmbench ab`: this run's rounds alternated with another's
+    # Slowdowns a plugin injected on top of the commit (`llmbench.bench.inject`): the run
+    # measured other code than its commit says.
+    injected: Mapping = field(default_factory=dict)
 
     def paired_with(self, other: Run) -> bool:
         """Whether the two runs are the two sides of one paired A/B, this one the baseline:
@@ -263,7 +266,9 @@ def run_from_json(data, source: str, *, path: Path | None = None, samples: bool 
                control_s=tuple(float(x) for x in control), info=section,
                commit_info=dict(data.get("commit_info") or {}), datetime=data.get("datetime"),
                path=path, pairing=data.get("llmbench_pairing")
-               if isinstance(data.get("llmbench_pairing"), dict) else None)
+               if isinstance(data.get("llmbench_pairing"), dict) else None,
+               injected=dict(data["llmbench_injected"])
+               if isinstance(data.get("llmbench_injected"), dict) else {})
 
 
 def is_same_run(a: Run, b: Run) -> bool:

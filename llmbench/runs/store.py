@@ -145,6 +145,35 @@ def latest_run(folder: str | os.PathLike, environment: Mapping | None = None,
     return None
 
 
+def environment_runs(folder: str | os.PathLike, environment: Mapping | None,
+                     exclude: Sequence[str | os.PathLike] = ()) -> list[Run]:
+    """Every readable run in `folder` of `environment`, oldest first, other than `exclude`:
+    what the gate learns this environment's noise between runs from. Unreadable runs are
+    skipped (they are refused by name wherever one is asked for)."""
+    if environment is None:
+        return []
+    skip = {Path(p).resolve() for p in exclude}
+    found = []
+    for path in list_runs(folder):
+        if path.resolve() in skip:
+            continue
+        try:
+            run = load_run(path)
+        except RunError:
+            continue
+        if not environment_differences(run.environment, environment):
+            found.append(run)
+    return found
+
+
+def saved_history(baseline: Run) -> list[Run]:
+    """The saved runs of a baseline's environment in its folder, where a stored comparison
+    learns the noise between runs; [] for a run that was never saved."""
+    if baseline.path is None:
+        return []
+    return environment_runs(baseline.path.parent, baseline.environment)
+
+
 def latest_comparable(folder: str | os.PathLike, environment: Mapping | None,
                       exclude: Sequence[str | os.PathLike] = ()) -> Path:
     """The run to compare a run of `environment` with: the newest run in `folder` with the

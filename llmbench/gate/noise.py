@@ -1,0 +1,200 @@
+"""The noise between runs: how far apart two runs of the same code land on this environment,
+measured from its saved runs, and the stored comparison's test against it.
+
+A run's rounds measure the noise within one process and a few minutes. Separate runs of the
+same code differ by more: the machine's speed drifts over hours on a shared host, and a
+process can settle into one of several speeds (address-space layout, allocator state). A
+rank test on two runs' rounds answers "do these two sets of rounds differ?", which on such
+a machine is often yes with no change to the code. So a stored verdict must also clear the
+noise between runs, and that noise is measured here, never assumed:
+
+- The environment's saved runs are grouped by the code they measured (`runs.code`: one
+  commit, clean, same library versions, same injected slowdowns). Within a group every
+  difference is the machine's. Each benchmark's spread is the pooled standard deviation of
+  its runs' log medians around their group's mean (a one-way analysis of variance's within
+  mean square): df = runs - groups, one degree of freedom per A/A observation.
+- Few runs give few degrees of freedom per benchmark, so each benchmark's variance is
+  moderated towards the one all benchmarks share, by as much as the benchmarks' variances
+  agree (the empirical Bayes estimate of Smyth 2004, "Linear models and empirical Bayes
+  methods for assessing differential expression", as limma's `squeezeVar`): with a prior
+  of d0 degrees of freedom at s0^2, a benchmark's s^2 on d df becomes
+  (d0 s0^2 + d s^2) / (d0 + d) on d0 + d df. Benchmarks that disagree get small d0 and keep
+  their own spread.
+- The test (`between_runs`): the candidate's log median minus the baseline's, over
+  sigma * sqrt(2) (each run is one draw around its code's level), against Student's t on
+  the moderated df: a two-sided p (Holm over the run, as the rounds' test) and an interval
+  at the rule's confidence. A stored regression needs this interval wholly above 1 + delta,
+  beside the rounds' verdict; `smallest_regression` is the least ratio that can pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import special
+from scipy import stats as scipy_stats
+
+from llmbench.gate.stats import holm
+from llmbench.runs.code import code_of
+from llmbench.runs.model import WORK_SHAPE_FIELDS, Run, median
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One benchmark's noise between runs, in log time (a run's log median around its
+    code's level)."""
+
+    sigma: float  # moderated standard deviation
+    df: float  # moderated degrees of freedom (own + prior)
+    own_sigma: float  # from this benchmark's runs alone
+    own_df: int  # runs - groups: its A/A observations
+
+
+@dataclass(frozen=True)
+class NoiseEstimate:
+    """Every benchmark's spread in one environment, and what it was measured from."""
+
+    spreads: Mapping[str, Spread] = field(default_factory=dict)  # by benchmark key
+    runs: int = 0  # runs of known code that share their code with another run
+    groups: int = 0  # distinct codes among them
+    prior_df: float = 0.0  # d0 of the moderation (inf: all benchmarks share one spread)
+
+    @property
+    def observations(self) -> int:
+        """A/A observations: runs beyond the first of each code."""
+        return self.runs - self.groups
+
+
+@dataclass(frozen=True)
+class Between:
+    """One benchmark's ratio judged against the noise between runs."""
+
+    p_value: float  # two-sided t
+    p_adjusted: float  # Holm over the run
+    ci_low: float
+    ci_high: float
+    smallest_regression: float  # the least ratio a stored comparison could call a regression
+
+
+def pooled_spread(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
+    """(sd, df) of log values around their own group's mean, pooled over groups; None when
+    no group has two values."""
+    arrays = [np.asarray(g, dtype=float) for g in groups if len(g) >= 2]
+    df = sum(a.size - 1 for a in arrays)
+    if df == 0:
+        return None
+    ss = sum(float(np.sum((a - a.mean()) ** 2)) for a in arrays)
+    return math.sqrt(ss / df), df
+
+
+def _trigamma_inverse(x: float) -> float:
+    """y with trigamma(y) = x, by Newton's method from Smyth's starting point (limma)."""
+    if x > 1e7:
+        return 1 / math.sqrt(x)
+    if x < 1e-6:
+        return 1 / x
+    y = 0.5 + 1 / x
+    for _ in range(50):
+        tri = float(special.polygamma(1, y))
+        step = tri * (1 - tri / x) / float(special.polygamma(2, y))
+        y += step
+        if -step / y < 1e-8:
+            break
+    return y
+
+
+def fit_prior(variances: Sequence[float], dfs: Sequence[float]) -> tuple[float, float]:
+    """(s0^2, d0): the scaled inverse chi-square prior that the benchmarks' variances share,
+    fitted by moments of log variances (Smyth 2004, section 6.2). d0 is inf when the
+    variances agree as well as their own df allow: then every benchmark has s0^2."""
+    s2 = np.asarray(variances, dtype=float)
+    d = np.asarray(dfs, dtype=float)
+    keep = s2 > 0
+    s2, d = s2[keep], d[keep]
+    if s2.size == 0:
+        return 0.0, 0.0
+    e = np.log(s2) - special.digamma(d / 2) + np.log(d / 2)
+    e_mean = float(e.mean())
+    if s2.size < 2:
+        return float(np.exp(e_mean)), 0.0
+    excess = float(np.mean((e - e_mean) ** 2) * s2.size / (s2.size - 1)
+                   - np.mean(special.polygamma(1, d / 2)))
+    if excess <= 0:
+        return float(np.exp(e_mean)), math.inf
+    d0 = 2 * _trigamma_inverse(excess)
+    return float(np.exp(e_mean + special.digamma(d0 / 2) - math.log(d0 / 2))), d0
+
+
+def _moderated(s2: float, df: int, s0_2: float, d0: float) -> tuple[float, float]:
+    if d0 == 0 or s0_2 == 0:
+        return s2, float(df)
+    if math.isinf(d0):
+        return s0_2, math.inf
+    return (d0 * s0_2 + df * s2) / (d0 + df), d0 + df
+
+
+def _shape(run: Run, key: str) -> tuple:
+    extra = run.benchmarks[key].extra_info
+    return tuple(extra.get(k) for k in WORK_SHAPE_FIELDS)
+
+
+def estimate_noise(history: Sequence[Run]) -> NoiseEstimate:
+    """The noise between runs of one environment's saved runs (see the module docstring).
+    Runs of unknown code (no commit, a dirty tree) tell nothing here and are left out; so
+    are a benchmark's runs that did other work (another profile) than the rest of its code."""
+    by_code: dict = {}
+    for run in history:
+        code = code_of(run)
+        if code.is_known:
+            by_code.setdefault(code, []).append(run)
+    repeated = [group for group in by_code.values() if len(group) >= 2]
+    keys = list(dict.fromkeys(k for group in repeated for run in group for k in run.benchmarks))
+    own: dict[str, tuple[float, int]] = {}
+    for key in keys:
+        values: dict = {}
+        for index, group in enumerate(repeated):
+            for run in group:
+                bench = run.benchmarks.get(key)
+                if bench is not None and bench.samples:
+                    values.setdefault((index, _shape(run, key)), []).append(
+                        math.log(median(bench.samples)))
+        found = pooled_spread(list(values.values()))
+        if found is not None:
+            own[key] = found
+    if not own:
+        return NoiseEstimate()
+    s0_2, d0 = fit_prior([s ** 2 for s, _ in own.values()], [d for _, d in own.values()])
+    spreads = {}
+    for key, (sigma, df) in own.items():
+        s2, total_df = _moderated(sigma ** 2, df, s0_2, d0)
+        spreads[key] = Spread(sigma=math.sqrt(s2), df=total_df, own_sigma=sigma, own_df=df)
+    return NoiseEstimate(spreads=spreads, runs=sum(map(len, repeated)), groups=len(repeated),
+                         prior_df=d0)
+
+
+def between_runs(ratios: Mapping[str, float], spreads: Mapping[str, Spread],
+                 thresholds: Mapping[str, float], confidence: float
+                 ) -> dict[str, Between]:
+    """Each ratio (candidate median / baseline median) that has a spread, judged against the
+    noise between runs; Holm over the benchmarks judged."""
+    judged = [k for k in ratios if k in spreads]
+    if not judged:
+        return {}
+    rows = {}
+    for key in judged:
+        spread, d = spreads[key], math.log(ratios[key])
+        se = spread.sigma * math.sqrt(2)
+        q = float(scipy_stats.t.ppf(0.5 + confidence / 2, spread.df))
+        if se == 0:  # no spread at all (synthetic runs): any move is beyond it
+            p = 1.0 if d == 0 else 0.0
+        else:
+            p = float(2 * scipy_stats.t.sf(abs(d) / se, spread.df))
+        rows[key] = (p, math.exp(d - q * se), math.exp(d + q * se),
+                     (1 + thresholds[key]) * math.exp(q * se))
+    adjusted = holm([rows[k][0] for k in judged])
+    return {k: Between(p_value=rows[k][0], p_adjusted=float(pa), ci_low=rows[k][1],
+                       ci_high=rows[k][2], smallest_regression=rows[k][3])
+            for k, pa in zip(judged, adjusted, strict=True)}

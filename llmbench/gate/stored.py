@@ -1,0 +1,129 @@
+"""What a comparison of two stored runs may conclude, and how a paired A/B settles the rest.
+
+Two runs measured at different moments differ by the machine's drift as well as by the code.
+The rounds' verdicts (`stats.compare_family`) are kept only where the noise between runs
+(`noise.between_runs`) supports them too:
+
+- regression: on the rounds, and the between-runs test is Holm-significant with its interval
+  wholly above 1 + delta. Otherwise the rounds' regression is NOT_CONFIRMED: slower in this
+  pair of runs, but not beyond what separate runs of one code differ by (or that noise is not
+  measured yet). A paired A/B of the two commits (`confirm`) decides it; its verdict replaces
+  the stored one.
+- improvement: likewise, else inconclusive (an unproven improvement fails nothing).
+- unchanged: on the rounds, and, where the noise between runs is measured, its interval
+  within [1 / (1 + delta), 1 + delta]; else inconclusive.
+- inconclusive stays inconclusive.
+
+Runs of the same code (`runs.same_code`) get no verdict at all: every difference is the
+machine's (`GateResult.same_code`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+from llmbench.gate.noise import Between
+from llmbench.gate.stats import Comparison, Verdict
+from llmbench.runs.model import Run
+
+
+def _between_words(b: Between) -> str:
+    return f"between runs [{b.ci_low:.3f}, {b.ci_high:.3f}], p_adj={b.p_adjusted:.2g}"
+
+
+def stored_verdict(c: Comparison, b: Between | None, alpha: float) -> Comparison:
+    """One benchmark's verdict from its rounds (`c`) and its test against the noise between
+    runs (`b`; None when that noise is not measured)."""
+    up, down = 1 + c.threshold, 1 / (1 + c.threshold)
+    if c.verdict is Verdict.REGRESSION:
+        if b is None:
+            return dataclasses.replace(
+                c, verdict=Verdict.NOT_CONFIRMED,
+                reason=f"{c.reason}; the noise between runs is not measured yet, so this run "
+                       "alone cannot tell the machine's drift from the code")
+        if b.p_adjusted <= alpha and b.ci_low > up:
+            return dataclasses.replace(c, reason=f"{c.reason}; beyond the noise between runs "
+                                                 f"({_between_words(b)})")
+        return dataclasses.replace(
+            c, verdict=Verdict.NOT_CONFIRMED,
+            reason=f"{c.reason}; but within the noise between runs ({_between_words(b)}: a "
+                   f"stored comparison calls x{b.smallest_regression:.3f} or more)")
+    if c.verdict is Verdict.IMPROVEMENT:
+        if b is not None and b.p_adjusted <= alpha and b.ci_high < down:
+            return dataclasses.replace(c, reason=f"{c.reason}; beyond the noise between runs "
+                                                 f"({_between_words(b)})")
+        why = ("the noise between runs is not measured yet" if b is None
+               else f"not beyond the noise between runs ({_between_words(b)})")
+        return dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None,
+                                   reason=f"faster on this run's rounds, but {why}")
+    if c.verdict is Verdict.UNCHANGED and b is not None and not down <= b.ci_low <= b.ci_high <= up:
+        return dataclasses.replace(
+            c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None,
+            reason=f"within +/-{c.threshold:.0%} on this run's rounds, but separate runs of one "
+                   f"code differ more ({_between_words(b)})")
+    return c
+
+
+def stored_verdicts(comparisons: Sequence[Comparison], between: Mapping[str, Between],
+                    alpha: float) -> tuple[Comparison, ...]:
+    return tuple(stored_verdict(c, between.get(c.name), alpha) for c in comparisons)
+
+
+def candidates(comparisons: Sequence[Comparison]) -> list[str]:
+    """The benchmarks a paired A/B should settle: slower on the rounds, not confirmed."""
+    return [c.name for c in comparisons if c.verdict is Verdict.NOT_CONFIRMED]
+
+
+def settle(comparisons: Sequence[Comparison], paired: Mapping[str, Comparison]
+           ) -> tuple[Comparison, ...]:
+    """The stored verdicts with each benchmark a paired A/B judged replaced by its verdict."""
+    out = []
+    for c in comparisons:
+        ab = paired.get(c.name)
+        if ab is None or c.verdict not in (Verdict.REGRESSION, Verdict.NOT_CONFIRMED):
+            out.append(c)
+            continue
+        out.append(dataclasses.replace(
+            ab, reason=f"paired A/B: {ab.reason} (stored runs: x{c.ratio:.3f}, {c.verdict})"))
+    return tuple(out)
+
+
+def comparison_json(c: Comparison) -> dict:
+    """A verdict as a run saves it (JSON has no infinity)."""
+    out = {**dataclasses.asdict(c), "verdict": c.verdict.value}
+    return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in out.items()}
+
+
+def comparison_from_json(data: Mapping) -> Comparison:
+    fields = {f.name for f in dataclasses.fields(Comparison)}
+    values = {k: v for k, v in data.items() if k in fields}
+    values["verdict"] = Verdict(values["verdict"])
+    values["n_blocks"] = tuple(values.get("n_blocks") or (0, 0))
+    if values.get("ci_high") is None:
+        values["ci_high"] = math.inf
+    return Comparison(**values)
+
+
+def run_stamp(run: Run) -> dict:
+    """What names a saved run across copies and paths: when it ran and its commit."""
+    return {"datetime": run.datetime, "commit": run.commit_info.get("id")}
+
+
+def recorded_confirmation(baseline: Run, candidate: Run) -> Mapping | None:
+    """The paired A/B the suite ran when it judged `candidate` against this very `baseline`
+    (saved in the candidate's `llmbench` section), or None."""
+    recorded = candidate.info.get("confirmation")
+    if not isinstance(recorded, Mapping) or recorded.get("baseline") != run_stamp(baseline):
+        return None
+    return recorded
+
+
+def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping
+                   ) -> tuple[Comparison, ...]:
+    """The stored verdicts settled by a recorded paired A/B, as when it ran."""
+    if recorded.get("status") != "ran":
+        return tuple(comparisons)
+    judged = [comparison_from_json(d) for d in recorded.get("comparisons") or ()]
+    return settle(comparisons, {c.name: c for c in judged})
