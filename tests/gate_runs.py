@@ -22,6 +22,7 @@ import numpy as np
 from filelock import FileLock
 
 from llmbench.gate.ab import child_env
+from llmbench.runs import Run, run_from_json
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,6 +83,25 @@ def make_run(seed: int = 0, *, factors: dict[str, float] | None = None, rounds: 
         "llmbench": {"environment": env, "profile": "quick", "rounds": rounds,
                      "control_s": samples(seed + 7919, 0.02, 12, factor=control_factor)},
     }
+
+
+QUIET_COMMIT = "e" * 40
+
+
+def quiet_history_json(count: int = 4, seed: int = 900) -> list[dict]:
+    """Runs of one commit on a quiet machine: the noise between runs is measured and small
+    (only the rounds' own), so a stored comparison's verdicts are the rounds' verdicts."""
+    made = []
+    for i in range(count):
+        data = make_run(seed + i)
+        data["commit_info"]["id"] = QUIET_COMMIT
+        made.append(data)
+    return made
+
+
+def quiet_history(count: int = 4, seed: int = 900) -> list[Run]:
+    return [run_from_json(data, f"quiet run {i + 1}")
+            for i, data in enumerate(quiet_history_json(count, seed))]
 
 
 def write_run(path: Path, run: dict) -> Path:

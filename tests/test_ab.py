@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from gate_runs import REPO, SELECTION, TINY_ARGS, make_run
+from gate_runs import REPO, SELECTION, TINY_ARGS, make_run, quiet_history
 
 from llmbench import gate, runs
 from llmbench.cli import main
@@ -189,7 +189,7 @@ def test_cli_passes_everything_after_double_dash_to_pytest(monkeypatch, capsys):
 def test_cli_prints_the_verdicts_and_exits_with_their_code(monkeypatch, capsys):
     baseline = runs.run_from_json(make_run(1), "baseline")
     candidate = runs.run_from_json(make_run(2, factors={"decode": 2.0}), "candidate")
-    result = gate.compare_runs(baseline, candidate)
+    result = gate.compare_runs(baseline, candidate, history=quiet_history())
     monkeypatch.setattr(ab, "run_ab", lambda rev, **kwargs: result)
     code = main(["ab", "main", "--format", "json"])
     assert code == result.exit_code

@@ -1,6 +1,7 @@
 """`llmbench compare`: exit 0 without a regression, 1 with one, 2 when the runs cannot be
-compared, always with one clear line and never a traceback; then end to end on real runs of
-the tiny model (unchanged code, a slowed decode, and the same pair swapped: a speedup)."""
+compared, 6 when a slowdown cannot be proven beyond the noise between runs, always with one
+clear line and never a traceback; then end to end on real runs of the tiny model (unchanged
+code, a slowed decode, and the same pair swapped: a speedup)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from gate_runs import ENVIRONMENT, make_run, tiny_runs, write_run
+from gate_runs import ENVIRONMENT, make_run, quiet_history_json, tiny_runs, write_run
 
 from llmbench.cli import main
-from llmbench.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from llmbench.errors import EXIT_NOT_CONFIRMED, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 
 
 def compare(capsys, *argv: str) -> tuple[int, str, str]:
@@ -37,7 +38,11 @@ def assert_cannot_compare(code: int, out: str, err: str, *fragments: str) -> Non
 
 @pytest.fixture
 def base(tmp_path):
-    return write_run(tmp_path / "base" / "0001_a.json", make_run(1))
+    """A baseline in a folder whose earlier runs measured the noise between runs (small):
+    the stored verdicts are then the rounds' verdicts."""
+    for i, data in enumerate(quiet_history_json(), start=1):
+        write_run(tmp_path / "base" / f"000{i}_quiet.json", data)
+    return write_run(tmp_path / "base" / "0005_a.json", make_run(1))
 
 
 def test_no_regression_exits_0_with_table_and_summary(capsys, base, tmp_path):
@@ -57,6 +62,21 @@ def test_regression_exits_1(capsys, base, tmp_path):
     assert code == EXIT_REGRESSION
     regressed = [line.split()[0] for line in out.splitlines() if line.endswith(" regression")]
     assert regressed == ["test_prefill[in=32]"]
+
+
+def test_a_lone_baseline_cannot_prove_a_slowdown_not_confirmed_exits_6(capsys, tmp_path):
+    """No two saved runs of one code: the noise between runs is unknown, so a slowdown on
+    the rounds is 'not confirmed', the line says how to decide it, and the exit is 6."""
+    lone = write_run(tmp_path / "lone" / "0001_a.json", make_run(1))
+    cand = write_run(tmp_path / "cand.json", make_run(2, factors={"test_prefill[in=32]": 1.5}))
+    code, out, _ = compare(capsys, str(lone), str(cand))
+    assert code == EXIT_NOT_CONFIRMED
+    assert [line.split()[0] for line in out.splitlines() if line.endswith(" not confirmed")] == [
+        "test_prefill[in=32]"]
+    assert "noise between runs: not measured yet" in out
+    assert "`llmbench ab 00000000`" in out  # the baseline's commit
+    assert out.splitlines()[-1].startswith("NOT CONFIRMED: 0 regression, 0 improvement, "
+                                           "3 unchanged, 0 inconclusive, 1 not confirmed of 4")
 
 
 def test_options_reach_the_rule(capsys, base, tmp_path):
@@ -155,10 +175,10 @@ def test_normalize_without_control_samples_exits_2(capsys, base, tmp_path):
 
 
 def test_a_folder_compares_its_newest_run(capsys, base, tmp_path):
-    write_run(base.parent / "0002_b.json", make_run(3, factors={"decode": 2.0}))
+    write_run(base.parent / "0006_b.json", make_run(3, factors={"decode": 2.0}))
     code, out, _ = compare(capsys, str(base), str(base.parent))
     assert code == EXIT_REGRESSION
-    assert f"candidate: {base.parent / '0002_b.json'}" in out
+    assert f"candidate: {base.parent / '0006_b.json'}" in out
 
 
 def test_the_installed_command_exits_with_the_codes(base, tmp_path):
@@ -168,7 +188,11 @@ def test_the_installed_command_exits_with_the_codes(base, tmp_path):
     ok = subprocess.run([*cmd, str(same)], capture_output=True, text=True)
     bad = subprocess.run([*cmd, str(slow)], capture_output=True, text=True)
     missing = subprocess.run([*cmd, str(tmp_path / "nope.json")], capture_output=True, text=True)
-    assert (ok.returncode, bad.returncode, missing.returncode) == (0, 1, 2)
+    lone = write_run(tmp_path / "lone" / "0001_a.json", make_run(1))
+    unproven = subprocess.run([sys.executable, "-m", "llmbench", "compare", str(lone), str(slow)],
+                              capture_output=True, text=True)
+    assert (ok.returncode, bad.returncode, missing.returncode, unproven.returncode) == (
+        0, 1, 2, 6)
     assert missing.stdout == "" and missing.stderr.count("\n") == 1
 
 
@@ -190,18 +214,26 @@ def test_tiny_unchanged_code_is_no_regression(capsys, runs):
     assert "regression" not in _verdicts(out).values()
 
 
-def test_tiny_slowed_decode_is_a_regression_on_decode_only(capsys, runs):
-    code, out, _ = compare(capsys, runs.base, runs.slow, "--threshold", "200%")
-    assert code == EXIT_REGRESSION, out
-    verdicts = _verdicts(out)
-    assert verdicts["test_decode_steps[ctx=16]"] == "regression"
-    assert [name for name, v in verdicts.items() if v == "regression"] == [
+def _json_verdicts(out: str) -> dict[str, str]:
+    return {c["label"]: c["verdict"] for c in json.loads(out)["comparisons"]}
+
+
+def test_tiny_slowed_decode_is_not_confirmed_on_decode_only(capsys, runs):
+    """Runs of a copy of the suite outside git name no code: the slowed decode is slower on
+    the rounds but cannot be proven beyond the noise between runs, and prefill is not."""
+    code, out, _ = compare(capsys, runs.base, runs.slow, "--threshold", "200%",
+                           "--format", "json")
+    assert code == EXIT_NOT_CONFIRMED, out
+    verdicts = _json_verdicts(out)
+    assert [name for name, v in verdicts.items() if v in ("regression", "not confirmed")] == [
         "test_decode_steps[ctx=16]"]
+    assert verdicts["test_decode_steps[ctx=16]"] == "not confirmed"
 
 
-def test_tiny_speedup_is_an_improvement_never_a_regression(capsys, runs):
-    code, out, _ = compare(capsys, runs.slow, runs.base, "--threshold", "200%")
+def test_tiny_speedup_is_never_a_regression(capsys, runs):
+    code, out, _ = compare(capsys, runs.slow, runs.base, "--threshold", "200%",
+                           "--format", "json")
     assert code == EXIT_OK, out
-    verdicts = _verdicts(out)
-    assert verdicts["test_decode_steps[ctx=16]"] == "improvement"
-    assert "regression" not in verdicts.values()
+    verdicts = _json_verdicts(out)
+    assert verdicts["test_decode_steps[ctx=16]"] == "inconclusive"  # faster, not proven
+    assert not {"regression", "not confirmed"} & set(verdicts.values())

@@ -5,15 +5,16 @@ session's exit status, and the JUnit XML record)."""
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
 from gate_runs import (
     ENVIRONMENT,
-    GATE_NODE,
     SELECTION,
     TINY_ARGS,
     make_run,
+    quiet_history,
     run_pytest,
     suite_copy,
     tiny_runs,
@@ -27,6 +28,15 @@ from llmbench.runs import EnvironmentMismatch, Run, pool_runs, run_from_json
 
 DECODE = {"benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]",
           "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=128]"}
+
+
+QUIET = quiet_history()
+
+
+def _compare(baseline: Run, candidate: Run, options: gate.GateOptions | None = None):
+    """The gate on a quiet machine: the noise between runs measured and as small as the
+    rounds' own, so these tests pin the rounds' rule (tests/test_stored.py pins the rest)."""
+    return gate.compare_runs(baseline, candidate, options, history=QUIET)
 
 
 def _run(seed, **kw) -> Run:
@@ -58,14 +68,14 @@ def test_parse_threshold_for():
 
 
 def test_unchanged_code_gives_no_regression():
-    result = gate.compare_runs(_run(1), _run(2))
+    result = _compare(_run(1), _run(2))
     assert set(_verdicts(result).values()) == {Verdict.UNCHANGED}
     assert result.exit_code == EXIT_OK
     assert gate.summary_line(result).startswith("PASS: 0 regression")
 
 
 def test_a_slowdown_is_a_regression_on_exactly_the_affected_benchmarks():
-    result = gate.compare_runs(_run(1), _run(2, factors={"decode": 1.4}))
+    result = _compare(_run(1), _run(2, factors={"decode": 1.4}))
     verdicts = _verdicts(result)
     assert {k for k, v in verdicts.items() if v is Verdict.REGRESSION} == DECODE
     assert {v for k, v in verdicts.items() if k not in DECODE} == {Verdict.UNCHANGED}
@@ -74,7 +84,7 @@ def test_a_slowdown_is_a_regression_on_exactly_the_affected_benchmarks():
 
 
 def test_a_speedup_is_an_improvement_never_a_regression():
-    result = gate.compare_runs(_run(1), _run(2, factors={"decode": 1 / 1.4}))
+    result = _compare(_run(1), _run(2, factors={"decode": 1 / 1.4}))
     verdicts = _verdicts(result)
     assert {k for k, v in verdicts.items() if v is Verdict.IMPROVEMENT} == DECODE
     assert Verdict.REGRESSION not in verdicts.values()
@@ -85,7 +95,7 @@ def test_threshold_overrides_benchmark_beats_group_beats_run():
     slow = _run(2, factors={"decode": 1.4, "prefill": 1.4})
     options = gate.GateOptions(threshold=0.2, threshold_for={
         "decode": 0.6, "test_decode_steps[ctx=128]": 0.05})
-    result = gate.compare_runs(_run(1), slow, options)
+    result = _compare(_run(1), slow, options)
     thresholds = {result.labels[c.name]: c.threshold for c in result.comparisons}
     assert thresholds == {"test_prefill[in=32]": 0.2, "test_prefill[in=128]": 0.2,
                           "test_decode_steps[ctx=16]": 0.6, "test_decode_steps[ctx=128]": 0.05}
@@ -97,18 +107,18 @@ def test_threshold_overrides_benchmark_beats_group_beats_run():
 
 def test_device_default_threshold_applies_without_overrides():
     gpu = {**ENVIRONMENT, "device": "cuda"}
-    result = gate.compare_runs(_run(1, environment=gpu), _run(2, environment=gpu))
+    result = _compare(_run(1, environment=gpu), _run(2, environment=gpu))
     assert {c.threshold for c in result.comparisons} == {0.05}
-    assert {c.threshold for c in gate.compare_runs(_run(1), _run(2)).comparisons} == {0.10}
+    assert {c.threshold for c in _compare(_run(1), _run(2)).comparisons} == {0.10}
 
 
 def test_threshold_for_an_unknown_name_is_a_user_error():
     with pytest.raises(UserError, match="--threshold-for nope: .*groups are: decode, prefill"):
-        gate.compare_runs(_run(1), _run(2), gate.GateOptions(threshold_for={"nope": 0.2}))
+        _compare(_run(1), _run(2), gate.GateOptions(threshold_for={"nope": 0.2}))
 
 
 def test_too_few_rounds_is_inconclusive_shown_and_counted_never_silent():
-    result = gate.compare_runs(_run(1, rounds=3), _run(2, rounds=3))
+    result = _compare(_run(1, rounds=3), _run(2, rounds=3))
     assert set(_verdicts(result).values()) == {Verdict.INCONCLUSIVE}
     assert result.exit_code == EXIT_OK  # by default: shown, counted, but not a failure
     line = gate.summary_line(result)
@@ -118,7 +128,7 @@ def test_too_few_rounds_is_inconclusive_shown_and_counted_never_silent():
     assert f"~{result.rounds_needed[0]} rounds/side" in line
     text = gate.render_text(result)
     assert text.count("inconclusive (~") == 4
-    strict = gate.compare_runs(_run(1, rounds=3), _run(2, rounds=3),
+    strict = _compare(_run(1, rounds=3), _run(2, rounds=3),
                                gate.GateOptions(fail_on_inconclusive=True))
     assert strict.exit_code == EXIT_REGRESSION
     assert gate.summary_line(strict).startswith("FAIL (inconclusive, --fail-on-inconclusive)")
@@ -127,28 +137,28 @@ def test_too_few_rounds_is_inconclusive_shown_and_counted_never_silent():
 def test_mismatched_environment_is_refused_unless_allowed():
     other = {**ENVIRONMENT, "threads": 4, "dtype": "bfloat16"}
     with pytest.raises(EnvironmentMismatch) as exc:
-        gate.compare_runs(_run(1), _run(2, environment=other))
+        _compare(_run(1), _run(2, environment=other))
     assert exc.value.differences == ["dtype 'float32' vs 'bfloat16'", "threads 2 vs 4"]
-    result = gate.compare_runs(_run(1), _run(2, environment=other),
+    result = _compare(_run(1), _run(2, environment=other),
                                gate.GateOptions(allow_mismatch=True))
     assert "ENVIRONMENT MISMATCH (allowed by --allow-mismatch): dtype" in gate.render_text(result)
 
 
 def test_library_versions_may_differ_and_are_shown():
     upgraded = {**ENVIRONMENT, "versions": {**ENVIRONMENT["versions"], "torch": "2.14.0"}}
-    result = gate.compare_runs(_run(1), _run(2, environment=upgraded))
+    result = _compare(_run(1), _run(2, environment=upgraded))
     assert "versions differ (allowed): torch 2.13.0+cpu -> 2.14.0" in gate.render_text(result)
-    assert "versions: same" in gate.render_text(gate.compare_runs(_run(1), _run(2)))
+    assert "versions: same" in gate.render_text(_compare(_run(1), _run(2)))
 
 
 def test_normalize_divides_out_a_slower_machine():
     # The candidate machine is 1.5x slower: the control and every benchmark.
     slower = _run(2, factors={"decode": 1.5, "prefill": 1.5}, control_factor=1.5)
-    raw = gate.compare_runs(_run(1), slower)
+    raw = _compare(_run(1), slower)
     assert set(_verdicts(raw).values()) == {Verdict.REGRESSION}
     assert raw.speed.ratio == pytest.approx(1.5, rel=0.05)
     assert "not divided out; --normalize would" in gate.render_text(raw)
-    normalized = gate.compare_runs(_run(1), slower, gate.GateOptions(normalize=True))
+    normalized = _compare(_run(1), slower, gate.GateOptions(normalize=True))
     assert Verdict.REGRESSION not in _verdicts(normalized).values()
     assert "divided out (--normalize)" in gate.render_text(normalized)
 
@@ -157,21 +167,21 @@ def test_normalize_without_control_samples_is_a_user_error():
     bare = make_run(2)
     bare["llmbench"]["control_s"] = []
     candidate = run_from_json(bare, "bare")
-    assert gate.compare_runs(_run(1), candidate).speed is None
+    assert _compare(_run(1), candidate).speed is None
     with pytest.raises(UserError, match="--normalize needs .* bare has none"):
-        gate.compare_runs(_run(1), candidate, gate.GateOptions(normalize=True))
+        _compare(_run(1), candidate, gate.GateOptions(normalize=True))
 
 
 def test_no_benchmarks_in_common_is_a_user_error():
     other = _run(2, benchmarks={"test_other": "other"})
     with pytest.raises(gate.NothingInCommon, match="no benchmarks in common between run1"):
-        gate.compare_runs(_run(1), other)
+        _compare(_run(1), other)
 
 
 def test_benchmarks_in_one_run_only_are_listed_not_compared():
     fewer = make_run(2)
     fewer["benchmarks"].pop()
-    result = gate.compare_runs(_run(1), run_from_json(fewer, "fewer"))
+    result = _compare(_run(1), run_from_json(fewer, "fewer"))
     assert len(result.comparisons) == 3
     assert result.only_baseline == ("benchmarks/test_prefill_decode.py::test_decode_steps"
                                     "[ctx=128]",)
@@ -185,7 +195,7 @@ def test_a_benchmark_that_did_other_work_is_set_aside_not_judged():
     more_tokens = make_run(2, factors={"test_decode_steps[ctx=128]": 2.0})
     changed = more_tokens["benchmarks"][-1]
     changed["extra_info"] = {**changed["extra_info"], "output_tokens": 20}
-    result = gate.compare_runs(_run(1), run_from_json(more_tokens, "more"))
+    result = _compare(_run(1), run_from_json(more_tokens, "more"))
     key = "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=128]"
     assert [c.name for c in result.comparisons] == list(_run(1).benchmarks)[:3]
     assert result.other_work == {key: "output_tokens 10 vs 20"}
@@ -202,7 +212,7 @@ def test_a_threshold_may_name_a_benchmark_set_aside():
     other = make_run(2)
     other["benchmarks"][-1]["extra_info"] = {"output_tokens": 20}
     options = gate.GateOptions(threshold_for={"test_decode_steps[ctx=128]": 0.3})
-    result = gate.compare_runs(_run(1), run_from_json(other, "other"), options)
+    result = _compare(_run(1), run_from_json(other, "other"), options)
     assert len(result.comparisons) == 3 and len(result.other_work) == 1
 
 
@@ -211,7 +221,7 @@ def test_a_field_only_one_run_recorded_is_no_difference():
     for i, bench in enumerate(older["benchmarks"]):
         # a run saved before cases recorded their tokens, or one whose server did not say
         bench["extra_info"] = {} if i % 2 else {"output_tokens": None}
-    result = gate.compare_runs(_run(1), run_from_json(older, "older"))
+    result = _compare(_run(1), run_from_json(older, "older"))
     assert (len(result.comparisons), result.other_work) == (4, {})
 
 
@@ -222,20 +232,20 @@ def test_nothing_alike_says_the_names_did_other_work():
     with pytest.raises(gate.NothingInCommon,
                        match=r"4 of the same names did other work, e\.g\. output_tokens 10 vs "
                              r"32\): were they run with the same -k and profile\?"):
-        gate.compare_runs(_run(1), run_from_json(other, "other"))
+        _compare(_run(1), run_from_json(other, "other"))
 
 
 def test_same_name_in_two_modules_is_labelled_by_fullname():
     a, b = make_run(1), make_run(2)
     for run, seed in ((a, 3), (b, 4)):
         run["benchmarks"] += make_run(seed, module="test_other")["benchmarks"]
-    result = gate.compare_runs(run_from_json(a, "a"), run_from_json(b, "b"))
+    result = _compare(run_from_json(a, "a"), run_from_json(b, "b"))
     assert sorted(result.labels.values())[0] == (
         "benchmarks/test_other.py::test_decode_steps[ctx=128]")
 
 
 def test_renderings_carry_the_same_verdicts():
-    result = gate.compare_runs(_run(1), _run(2, factors={"decode": 1.4}))
+    result = _compare(_run(1), _run(2, factors={"decode": 1.4}))
     text = gate.render(result, "text").splitlines()
     assert text[-1] == gate.summary_line(result)
     header = next(i for i, line in enumerate(text) if line.startswith("benchmark "))
@@ -248,7 +258,7 @@ def test_renderings_carry_the_same_verdicts():
     assert markdown.splitlines()[-1] == f"**{gate.summary_line(result)}**"
     data = json.loads(gate.render(result, "json"))
     assert data["counts"] == {"regression": 2, "improvement": 0, "unchanged": 2,
-                              "inconclusive": 0}
+                              "inconclusive": 0, "not confirmed": 0}
     assert data["exit_code"] == EXIT_REGRESSION
     assert [c["verdict"] for c in data["comparisons"]] == [
         "unchanged", "unchanged", "regression", "regression"]
@@ -256,7 +266,7 @@ def test_renderings_carry_the_same_verdicts():
 
 
 def test_json_has_no_infinity_for_single_round_intervals():
-    result = gate.compare_runs(_run(1, rounds=1), _run(2, rounds=1))
+    result = _compare(_run(1, rounds=1), _run(2, rounds=1))
     data = json.loads(gate.render(result, "json"))  # strict JSON: would fail on Infinity
     assert {c["ci_high"] for c in data["comparisons"]} == {None}
     assert "[0.000, inf]" in gate.render_text(result)
@@ -301,22 +311,29 @@ def test_pytest_unchanged_code_passes_and_junit_records_a_passing_gate(runs):
     assert properties["compared_to"] == runs.base
 
 
-def test_pytest_regression_fails_the_session_as_a_junit_failure(runs):
-    assert runs.slow_rc == 1, runs.slow_out[-3000:]
-    assert f"FAILED {GATE_NODE} - REGRESSION" in runs.slow_out
+def test_pytest_slower_runs_without_commits_are_not_confirmed_exit_6(runs):
+    """The suite's copy is no git checkout: its runs name no code, so nothing can be
+    confirmed by a paired A/B. The slowed decode is 'not confirmed' (exit 6), the testcase
+    skipped with the summary as its reason; prefill is not called slower."""
+    assert runs.slow_rc == 6, runs.slow_out[-3000:]
+    assert "NOT CONFIRMED: 0 regression" in runs.slow_out
+    assert "the baseline run recorded no commit" in runs.slow_out
     assert "Traceback" not in runs.slow_out
     root = ET.fromstring(runs.slow_junit)
     suite = root.find("testsuite")
-    assert (suite.get("failures"), suite.get("errors")) == ("1", "0")
-    failure = _gate_case(runs.slow_junit).find("failure")
-    assert failure.get("message").startswith("REGRESSION: 1 regression")
-    rows = {line.split()[0]: line.split()[-1] for line in failure.text.splitlines()
-            if line.startswith("test_")}
-    assert rows["test_decode_steps[ctx=16]"] == "regression"
-    assert rows["test_prefill[in=32]"] != "regression"
-    # Every benchmark itself passed: only the gate failed.
-    assert all(c.find("failure") is None for c in root.iter("testcase")
-               if c.get("name") != "regression-gate")
+    assert (suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("0", "0", "1")
+    skipped = _gate_case(runs.slow_junit).find("skipped")
+    assert skipped.get("message").startswith("NOT CONFIRMED: 0 regression")
+    rows = [line for line in runs.slow_out.splitlines()
+            if line.startswith("test_") and re.search(r"\[\d+\.\d+, ", line)]
+    assert any(r.startswith("test_decode_steps[ctx=16]") and r.endswith("not confirmed")
+               for r in rows), rows
+    assert not any(r.startswith("test_prefill") and r.endswith(("regression", "confirmed"))
+                   for r in rows), rows
+    # The verdict is saved with the run, for compare and report to show later.
+    saved = json.loads(open(runs.slow, encoding="utf-8").read())["llmbench"]
+    assert saved["verdict"]["exit_code"] == 6
+    assert saved["confirmation"]["status"] == "not run"
 
 
 def test_saved_runs_record_an_injected_slowdown(runs):
@@ -374,16 +391,16 @@ def _pooled(seeds, **kw) -> Run:
 def test_pooled_ab_runs_are_judged_on_their_blocks():
     base = _pooled([1, 2, 3, 4], rounds=5)
     slow = _pooled([5, 6, 7, 8], rounds=5, factors={"decode": 1.5})
-    result = gate.compare_runs(base, slow)
+    result = _compare(base, slow)
     assert {c.unit for c in result.comparisons} == {"blocks"}
     assert {c.n_blocks for c in result.comparisons} == {(4, 4)}
     assert {k for k, v in _verdicts(result).items() if v is Verdict.REGRESSION} == DECODE
     assert "judged on block medians (4 vs 4 blocks, Welch's t)" in gate.render_text(result)
     # Two blocks a side cannot settle a 10 % band: inconclusive, asking for blocks.
-    few = gate.compare_runs(_pooled([1, 2], rounds=5), _pooled([5, 6], rounds=5))
+    few = _compare(_pooled([1, 2], rounds=5), _pooled([5, 6], rounds=5))
     line = gate.summary_line(few)
     assert few.counts["inconclusive"] and few.rounds_needed[1] == "blocks"
     assert f"up to ~{few.rounds_needed[0]} blocks/side would decide" in line
     assert "blocks/side)" in gate.render_text(few)
     # A plain run against a pooled one: rounds, as before.
-    assert {c.unit for c in gate.compare_runs(_run(1), slow).comparisons} == {"rounds"}
+    assert {c.unit for c in _compare(_run(1), slow).comparisons} == {"rounds"}

@@ -44,8 +44,9 @@ def _bench(rng, group, name, params, seconds, extra, rounds=10, cv=0.03):
                       "rounds": rounds, "iterations": 1, "data": [float(x) for x in data]}}
 
 
-def make_run(path, *, seed=0, slow=1.0, server=False, device="cpu", groups=None):
-    """A run of every suite group (and the server groups when asked); `slow` scales decode."""
+def make_run(path, *, seed=0, slow=1.0, server=False, device="cpu", groups=None, commit=None):
+    """A run of every suite group (and the server groups when asked); `slow` scales decode.
+    Each seed is its own commit unless `commit` names one."""
     rng = np.random.default_rng(seed)
     b = []
     for n in (8, 16, 32, 64):
@@ -97,13 +98,21 @@ def make_run(path, *, seed=0, slow=1.0, server=False, device="cpu", groups=None)
                              "tpot_ms": 5.5 + n}))
     if groups is not None:
         b = [x for x in b if x["group"] in groups]
-    payload = {"machine_info": {"node": "test"}, "commit_info": {"id": "abc123" * 6},
+    payload = {"machine_info": {"node": "test"}, "commit_info": {"id": commit or f"{seed:040x}"},
                "benchmarks": b, "datetime": "2025-01-01T00:00:00", "version": "5.2.3",
                "llmbench": {"environment": {**ENVIRONMENT, "device": device}, "profile": "quick",
                             "rounds": 10, "warmup_rounds": 1, "load_s": 0.5, "warmup_s": 0.1,
                             "control_s": list(0.01 * rng.lognormal(0, 0.02, 12))}}
     path.write_text(json.dumps(payload))
     return path
+
+
+def quiet_runs(folder, count=3, **kw):
+    """Earlier runs of one commit in `folder` (NNNN_quiet.json from 0001): the noise between
+    runs measured, and as small as the rounds' own."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return [make_run(folder / f"{i:04d}_quiet.json", seed=100 + i, commit="feed" * 10, **kw)
+            for i in range(1, count + 1)]
 
 
 def _run(capsys, *argv):
@@ -124,7 +133,8 @@ def plain(tmp_path_factory):
 def with_baseline(tmp_path_factory):
     """One report of a run with server benchmarks and decode 1.5x slower than its baseline."""
     root = tmp_path_factory.mktemp("baseline")
-    base = make_run(root / "base.json", seed=1, server=True)
+    quiet_runs(root, server=True)
+    base = make_run(root / "0004_base.json", seed=1, server=True)
     run = make_run(root / "run.json", seed=2, slow=1.5, server=True)
     code = main(["report", str(run), "--baseline", str(base), "-o", str(root / "r")])
     return code, root / "r"
@@ -205,6 +215,7 @@ def test_a_partial_run_draws_only_what_it_has(tmp_path, capsys):
 
 def test_a_case_that_did_other_work_is_named_so_and_not_drawn_beside_the_run(tmp_path,
                                                                              monkeypatch):
+    quiet_runs(tmp_path, groups={"decode"})
     base = make_run(tmp_path / "base.json", seed=1, groups={"decode"})
     run = make_run(tmp_path / "run.json", seed=2, slow=2.0, groups={"decode"})
     data = json.loads(run.read_text())
@@ -248,10 +259,10 @@ def _on_another_cpu(path):
 
 def test_baseline_latest_is_the_newest_other_run_of_the_environment(tmp_path, capsys):
     folder = tmp_path / "tiny-cpu-float32"
-    folder.mkdir()
-    mine = make_run(folder / "0001_a.json", seed=1, groups={"decode"})
-    _on_another_cpu(make_run(folder / "0002_b.json", seed=3, groups={"decode"}))
-    run = make_run(folder / "0003_c.json", seed=2, slow=1.5, groups={"decode"})
+    quiet_runs(folder, groups={"decode"})
+    mine = make_run(folder / "0004_a.json", seed=1, groups={"decode"})
+    _on_another_cpu(make_run(folder / "0005_b.json", seed=3, groups={"decode"}))
+    run = make_run(folder / "0006_c.json", seed=2, slow=1.5, groups={"decode"})
     code, out, err = _run(capsys, run, "--baseline", "latest", "-o", tmp_path / "r")
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == f"baseline: {mine} (the latest run of this environment)"
@@ -262,9 +273,9 @@ def test_baseline_latest_is_the_newest_other_run_of_the_environment(tmp_path, ca
 
 def test_a_folder_means_its_newest_run_as_in_compare(tmp_path, capsys):
     folder = tmp_path / "tiny-cpu-float32"
-    folder.mkdir()
-    older = make_run(folder / "0001_a.json", seed=1, groups={"decode"})
-    newest = make_run(folder / "0002_b.json", seed=2, slow=1.5, groups={"decode"})
+    quiet_runs(folder, groups={"decode"})
+    older = make_run(folder / "0004_a.json", seed=1, groups={"decode"})
+    newest = make_run(folder / "0005_b.json", seed=2, slow=1.5, groups={"decode"})
     code, out, err = _run(capsys, folder, "--baseline", "latest", "-o", tmp_path / "r")
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == f"baseline: {older} (the latest run of this environment)"
@@ -307,6 +318,7 @@ def test_baseline_latest_without_one_writes_the_report_and_says_so(tmp_path, cap
 
 
 def test_verdicts_come_from_the_gate(tmp_path):
+    quiet_runs(tmp_path)
     base = report.load_run(make_run(tmp_path / "b.json", seed=1))
     run = report.load_run(make_run(tmp_path / "c.json", seed=2, slow=1.5))
     result = report.compare(base, run)

@@ -31,9 +31,9 @@ def register(subparsers) -> None:
         description="Compare CANDIDATE against BASELINE benchmark by benchmark: ratio of "
                     "medians with a bootstrap CI, a rank test with Holm's correction, and a "
                     "verdict, kept only where the noise between runs (learned from "
-                    "BASELINE's folder) supports it; runs of the same code get no verdict. Exit 0: no "
-                    "regression; 1: a regression; 2: cannot compare; 6: slower benchmarks "
-                    "not confirmed.")
+                    "BASELINE's folder) supports it; runs of the same code get no verdict. "
+                    "Exit 0: no regression; 1: a regression; 2: cannot compare; 6: slower "
+                    "benchmarks not confirmed.")
     parser.add_argument("baseline", metavar="BASELINE",
                         help="a run's JSON, or an environment folder (its newest run)")
     parser.add_argument("candidate", metavar="CANDIDATE",

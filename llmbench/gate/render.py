@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from llmbench.gate import stats
 from llmbench.gate.compare import GateResult
 from llmbench.gate.work import WorkFinding, WorkStatus, differing, rule_words, tally
+from llmbench.runs.code import code_of
 from llmbench.runs.model import Run
 
 FORMATS = ("text", "markdown", "json")
@@ -40,11 +41,14 @@ def significant_shift(result: GateResult, c: stats.Comparison) -> str | None:
     if c.verdict in (stats.Verdict.REGRESSION, stats.Verdict.IMPROVEMENT) or result.same_code:
         return None
     low, high = c.ci_low, c.ci_high
-    if result.code is not None and not c.n_pairs:  # stored runs: the rounds are not enough
+    if result.code is not None and not c.n_pairs:
+        # Stored runs: the rounds are not enough, and the noise between runs alone assumes
+        # runs like the history's; both must exclude 1, the same way.
         between = result.between.get(c.name)
-        if between is None:
+        if between is None or (low > 1) != (between.ci_low > 1) or (
+                high < 1) != (between.ci_high < 1):
             return None
-        low, high = between.ci_low, between.ci_high
+        low, high = max(low, between.ci_low), min(high, between.ci_high)
     if low > 1:
         return f"slower by {low - 1:.0%}-{high - 1:.0%}" if math.isfinite(high) else None
     if high < 1:
@@ -108,7 +112,7 @@ def _describe(run: Run) -> str:
 
 
 def _commit(run: Run) -> str:
-    return (run.commit_info.get("id") or "")[:8] or "BASELINE_COMMIT"
+    return (code_of(run).commit or "")[:8] or "BASELINE_COMMIT"
 
 
 def _machine_words(result: GateResult) -> str:

@@ -67,7 +67,7 @@ def code_differences(baseline: Run, candidate: Run) -> list[str]:
     if a.is_known and a == b:
         return []
     out = []
-    if (a.commit, a.injected) != (b.commit, b.injected):
+    if a.commit and b.commit and (a.commit, a.injected) != (b.commit, b.injected):
         out.append(f"commit {a.short} -> {b.short}")
     for side, code in (("baseline", a), ("candidate", b)):
         if not code.commit:

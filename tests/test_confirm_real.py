@@ -1,0 +1,87 @@
+"""Confirm before condemning, for real: the suite's gate on the tiny model, in this repository,
+settles a stored comparison's slower benchmarks by a paired A/B against the baseline's commit.
+
+A planted 2x decode slowdown becomes a confirmed regression (exit 1) on decode alone; a
+baseline made to look twice as fast as the code it ran (the same code, recorded under other
+library versions so that the gate must confirm) becomes no regression once the A/B has
+re-measured both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from gate_runs import REPO, run_pytest
+
+DECODE = "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]"
+PREFILL = "benchmarks/test_prefill_decode.py::test_prefill[in=32]"
+ARGS = ["--benchmark-only", "--model", "tiny", "--threads", "1", "--rounds", "8",
+        "--warmup-rounds", "1", "-p", "no:cacheprovider", "--threshold=50%",
+        "--confirm-budget=150s"]
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.xdist_group("compile-or-paired-timing")]  # never beside compiling
+
+
+def _head() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> Path:
+    """A run of the two benchmarks, recorded as HEAD's clean code (the working tree may hold
+    uncommitted changes while developing; the A/B re-measures HEAD itself)."""
+    folder = tmp_path_factory.mktemp("confirm") / "baselines"
+    proc = run_pytest(REPO, "--benchmark-only", "--model", "tiny", "--threads", "1",
+                      "--rounds", "8", "--warmup-rounds", "1", "-p", "no:cacheprovider",
+                      f"--baseline-dir={folder}", PREFILL, DECODE)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (path,) = folder.glob("*/*.json")
+    data = json.loads(path.read_text())
+    data["commit_info"].update(id=_head(), dirty=False)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _judge(baseline: Path, tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess,
+                                                                  dict]:
+    runs = tmp_path / "runs"
+    proc = run_pytest(REPO, *ARGS, f"--baseline-dir={runs}", f"--compare-to={baseline}",
+                      *extra, PREFILL, DECODE, timeout=900)
+    (saved,) = runs.glob("*/*.json")
+    return proc, json.loads(saved.read_text())["llmbench"]
+
+
+def test_a_planted_2x_decode_slowdown_is_confirmed_on_decode_only(baseline, tmp_path):
+    proc, saved = _judge(baseline, tmp_path, "-p", "llmbench.bench.inject",
+                         "--slow-down=decode_step=1.0")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-4000:]
+    confirmation = saved["confirmation"]
+    assert confirmation["status"] == "ran", confirmation
+    assert DECODE in confirmation["benchmarks"] and PREFILL not in confirmation["benchmarks"]
+    verdicts = {c["name"]: c["verdict"] for c in confirmation["comparisons"]}
+    assert verdicts[DECODE] == "regression"
+    assert saved["verdict"]["counts"]["regression"] == 1
+    assert "confirmed by a paired A/B against" in out
+
+
+def test_a_candidate_of_unchanged_code_is_cleared_by_the_ab(baseline, tmp_path):
+    fast = json.loads(baseline.read_text())
+    fast["llmbench"]["environment"]["versions"]["pytest-benchmark"] = "0.0.0"  # other code
+    for bench in fast["benchmarks"]:
+        if bench["fullname"] == DECODE:  # the stored runs see decode twice as slow
+            bench["stats"]["data"] = [x / 2 for x in bench["stats"]["data"]]
+    faked = tmp_path / "baselines" / baseline.parent.name / "0001_fast.json"
+    faked.parent.mkdir(parents=True)
+    faked.write_text(json.dumps(fast))
+    proc, saved = _judge(faked, tmp_path)
+    out = proc.stdout + proc.stderr
+    assert saved["confirmation"]["status"] == "ran", out[-4000:]
+    assert saved["confirmation"]["benchmarks"] == [DECODE]
+    assert saved["verdict"]["counts"]["regression"] == 0, out[-4000:]
+    assert proc.returncode == 0, out[-4000:]
