@@ -24,7 +24,7 @@ from gate_runs import (
 from llmbench import gate
 from llmbench.errors import EXIT_OK, EXIT_REGRESSION, UserError
 from llmbench.gate.stats import Verdict
-from llmbench.runs import EnvironmentMismatch, Run, pool_runs, run_from_json
+from llmbench.runs import FORMAT_VERSION, EnvironmentMismatch, Run, pool_runs, run_from_json
 
 DECODE = {"benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]",
           "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=128]"}
@@ -332,6 +332,7 @@ def test_pytest_slower_runs_without_commits_are_not_confirmed_exit_6(runs):
                    for r in rows), rows
     # The verdict is saved with the run, for compare and report to show later.
     saved = json.loads(open(runs.slow, encoding="utf-8").read())["llmbench"]
+    assert saved["format"] == FORMAT_VERSION
     assert saved["verdict"]["exit_code"] == 6
     assert saved["confirmation"]["status"] == "not run"
 

@@ -137,10 +137,40 @@ def _paired_call(self, function_to_benchmark, *args, **kwargs):
     return _paired_pedantic(self, function_to_benchmark, args, kwargs)
 
 
+# What of pytest-benchmark's internals the paired round loop (and the suite's `measure`,
+# which sets `has_error`) relies on; pyproject.toml pins pytest-benchmark below its next major.
+PYTEST_BENCHMARK_INTERNALS = ("BenchmarkFixture._raw_pedantic", "BenchmarkFixture._raw",
+                              "BenchmarkFixture._make_runner", "BenchmarkFixture._make_stats",
+                              "BenchmarkFixture.has_error", "PauseInstrumentation")
+
+
+def missing_internals() -> list[str]:
+    """The internals above that this pytest-benchmark lacks: [] when all are there."""
+    import inspect
+
+    import pytest_benchmark.fixture as fixture
+
+    missing = []
+    for name in PYTEST_BENCHMARK_INTERNALS:
+        owner, _, attr = name.rpartition(".")
+        where = getattr(fixture, owner) if owner else fixture
+        # has_error is set in __init__, not on the class.
+        found = hasattr(where, attr) or (attr == "has_error" and "self.has_error" in
+                                         inspect.getsource(where.__init__))
+        if not found:
+            missing.append(name)
+    return missing
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Connect, wait for the first turn, and take over pytest-benchmark's round loop."""
     global _channel
     from pytest_benchmark.fixture import BenchmarkFixture
+
+    if missing := missing_internals():
+        raise pytest.UsageError(
+            f"this pytest-benchmark lacks {', '.join(missing)}, which llmbench ab's paired "
+            "rounds take over: install pytest-benchmark>=5.1,<6")
 
     if hasattr(config, "workerinput"):
         raise pytest.UsageError("a paired llmbench ab side cannot run under xdist: drop -n")

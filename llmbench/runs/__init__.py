@@ -19,6 +19,7 @@ from llmbench.runs.environment import (
     version_differences,
 )
 from llmbench.runs.model import (
+    FORMAT_VERSION,
     Benchmark,
     Run,
     RunError,
@@ -47,13 +48,11 @@ from llmbench.runs.store import (
 )
 
 __all__ = [
-    "BASELINES_DIR", "FIELD_DEFAULTS", "Code", "code_differences", "code_of", "same_code",
-    "environment_runs", "LATEST", "MATCHED_FIELDS", "Benchmark",
-    "EnvironmentMismatch", "NoBaseline", "Run", "RunError", "environment_differences",
-    "environment_key",
-    "is_number", "is_same_run", "latest_comparable", "latest_run", "library_versions",
-    "list_runs", "load_run", "median", "pool_runs", "read_json", "resolve_run",
-    "run_from_json", "run_number", "save_numbered", "saved_history", "strip_volatile",
-    "version_differences",
-    "write_atomic", "write_new_json",
+    "BASELINES_DIR", "Benchmark", "Code", "EnvironmentMismatch", "FIELD_DEFAULTS",
+    "FORMAT_VERSION", "LATEST", "MATCHED_FIELDS", "NoBaseline", "Run", "RunError",
+    "code_differences", "code_of", "environment_differences", "environment_key",
+    "environment_runs", "is_number", "is_same_run", "latest_comparable", "latest_run",
+    "library_versions", "list_runs", "load_run", "median", "pool_runs", "read_json", "resolve_run",
+    "run_from_json", "run_number", "same_code", "save_numbered", "saved_history", "strip_volatile",
+    "version_differences", "write_atomic", "write_new_json",
 ]

@@ -23,6 +23,10 @@ from pathlib import Path
 from llmbench.errors import UserError
 from llmbench.runs.environment import EnvironmentMismatch, environment_differences
 
+# The version of the `llmbench` section a run is written in (`format`; runs written before it
+# was recorded are format 1). 2: the stored verdict and its confirmation, saved with the run.
+# A run of a newer format is refused by name: this llmbench cannot know what it means.
+FORMAT_VERSION = 2
 # Groups in the order reports show them; any other group follows, alphabetically.
 GROUP_ORDER = ("output-sweep", "input-sweep", "prefill", "decode", "kv-cache", "batch-size",
                "sequential-vs-batched", "engines", "server-generate",
@@ -259,6 +263,13 @@ def run_from_json(data, source: str, *, path: Path | None = None, samples: bool 
                        f"{len(without)} of {len(benchmarks)} benchmarks, so no test can be run "
                        f"on it: {_SAMPLES_HINT}")
     section = data.get("llmbench") if isinstance(data.get("llmbench"), dict) else {}
+    written = section.get("format", 1)
+    if not isinstance(written, int) or isinstance(written, bool) or written < 1:
+        raise RunError(f"{source}: its llmbench format {written!r} is not a version number; "
+                       "the file is damaged")
+    if written > FORMAT_VERSION:
+        raise RunError(f"{source} was written in llmbench run format {written}, newer than "
+                       f"this llmbench reads (up to {FORMAT_VERSION}): upgrade llmbench")
     environment = section.get("environment")
     control = section.get("control_s") or ()
     return Run(source=source, benchmarks=benchmarks,

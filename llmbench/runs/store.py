@@ -32,6 +32,13 @@ class NoBaseline(LookupError):
     first run meets it), said in one line, never an error."""
 
 
+def _umask() -> int:
+    """The process's umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, text: str, *, replace: bool = False) -> None:
     """Write `text` to `path` atomically; without `replace`, refuse an existing file.
 
@@ -42,6 +49,9 @@ def write_atomic(path: Path, text: str, *, replace: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp makes the file owner-only; a saved run or report is shared (a team's
+        # baselines folder, a CI artifact), so give it what open() would under the umask.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
