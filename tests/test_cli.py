@@ -208,3 +208,14 @@ def test_version_and_missing_command(capsys):
     assert code == 0 and out.strip() == f"llmbench {__version__}"
     code, _, err = run_main([], capsys)
     assert_user_error(code, err, "required")
+
+
+@pytest.mark.parametrize("command", ["generate", "serve"])
+def test_weights_help_promises_no_fastest_path_and_points_to_the_measurement(command, capsys):
+    """Which weights decode fastest depends on the CPU (packed was 1.6x faster on one VM and
+    1.3x slower on another): the help says what each does and where to measure it."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "fast path" not in text
+    assert "engines group measures them side by side" in text

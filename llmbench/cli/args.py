@@ -44,11 +44,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                              "matmul-softmax-matmul. Default: %(default)r")
     parser.add_argument("--weights", choices=WEIGHTS, default=d("weights"),
                         help="the linear layers' weights: the model's dtype (native), the "
-                             "same values prepacked for oneDNN (packed: CPU, eager; the fast "
-                             "path for float32 and bfloat16), or int8/int4 weight-only through "
-                             "torchao (activations stay in --dtype; pays only with --compile "
-                             "or bfloat16). "
-                             "Default: %(default)r")
+                             "same values reordered once into oneDNN's blocked layout (packed: "
+                             "CPU, eager), or int8/int4 weight-only through torchao "
+                             "(activations stay in --dtype). Which is fastest depends on the "
+                             "CPU (packed was faster on one AVX512 VM and slower on an AMX "
+                             "one): the suite's engines group measures them side by side on "
+                             "yours. Default: %(default)r")
 
 
 def add_cache_argument(parser: argparse.ArgumentParser) -> None:
