@@ -1,12 +1,13 @@
 """Prefill against decode: the per-token cost of processing the prompt in one pass, against
 generating one token at a time, early in a sequence and late in it. Both run on the
 session's KV cache kind (`--cache`); a static one is allocated for exactly what the case
-stores."""
+stores. Each round's greedy tokens must be the ones an untimed call of the same case gave
+before the rounds, or the case fails."""
 
 import pytest
 import torch
 
-from fixtures.timing import Work
+from fixtures.timing import Work, same_tokens_as
 from llmbench.engine.loop import decode_step, prefill, request_cache
 
 
@@ -18,10 +19,11 @@ def test_prefill(measure, model, prompt_ids, prefill_tokens):
     @torch.inference_mode()
     def first_token():
         logits, _ = prefill(model, input_ids, cache=request_cache(model, prefill_tokens))
-        logits.argmax(dim=-1)
-        return Work(prefill_tokens, 1)
+        return Work(prefill_tokens, 1, tokens=(logits.argmax(dim=-1),))
 
-    result = measure(first_token, expect=Work(prefill_tokens, 1))
+    reference = first_token()  # untimed, once
+    result = measure(first_token, expect=Work(prefill_tokens, 1),
+                     check=same_tokens_as(reference, "prefill"))
     assert result.output_tokens == 1
 
 
@@ -40,10 +42,15 @@ def test_decode_steps(measure, model, prompt_ids, bench_settings, decode_context
 
     @torch.inference_mode()
     def decode(token, cache):
+        produced = []
         for _ in range(steps):
             logits, cache = decode_step(model, token, cache)
             token = logits.argmax(dim=-1, keepdim=True)
-        return Work(decode_context, steps)
+            produced.append(token)
+        return Work(decode_context, steps, tokens=tuple(produced))
 
+    args, kwargs = prefilled()
+    reference = decode(*args, **kwargs)  # untimed, once
     measure(decode, setup=prefilled, expect=Work(decode_context, steps),
+            check=same_tokens_as(reference, "the decode steps"),
             first_step_context=decode_context + 1)
