@@ -7,8 +7,9 @@ CPU's read bandwidth. Reordered once, at load time, into oneDNN's blocked layout
 (`mkldnn::_reorder_linear_weight`) and multiplied by oneDNN's linear kernel
 (`mkldnn::_linear_pointwise`), the same weights can stream faster, on CPUs where oneDNN's
 kernel beats ATen's; on others it is slower, so whether it pays is measured, never assumed
-(the suite's engines group times it beside native weights). This is what inductor does to a model's linear layers when it freezes a graph; done here, in eager mode,
-it needs no compile and leaves the numbers alone: the weights keep their dtype and values.
+(the suite's engines group times it beside native weights). This is what inductor does to a
+model's linear layers when it freezes a graph; done here, in eager mode, it needs no compile
+and leaves the numbers alone: the weights keep their dtype and values.
 
 The packed layout is chosen for a batch size (`PACKED_FOR_BATCH`, the decode step's); other
 batch sizes, a prefill's included, run on it correctly.
