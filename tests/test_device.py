@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from unittest import mock
 
+import numpy as np
 import pytest
 import torch
 
@@ -156,3 +158,36 @@ def test_native_bfloat16_follows_the_device_own_check(monkeypatch, kind, cuda_bf
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: cuda_bf16)
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn_bf16)
     assert dev.has_native_bfloat16(torch.device(kind)) is expected
+
+
+def _touch(nbytes: int) -> np.ndarray:
+    block = np.empty(nbytes, dtype=np.uint8)
+    block[::4096] = 1  # every page resident
+    return block
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux only")
+def test_a_cpu_case_reports_its_own_peak_not_an_earlier_case_s():
+    """~2 GB in one case, then ~1 GB in the next: the second reports about 1 GB above where
+    it started, not the first case's 2 GB (a never-reset high-water mark would)."""
+    assert dev.reset_peak_memory("cpu")
+    big = _touch(2 << 30)
+    name, first = dev.peak_memory("cpu", windowed=True)
+    del big
+    assert dev.reset_peak_memory("cpu")
+    _, start = dev.peak_memory("cpu", windowed=True)
+    small = _touch(1 << 30)
+    name, second = dev.peak_memory("cpu", windowed=True)
+    del small
+    assert name == dev.PER_CASE_PEAK
+    assert first - start > 1.8 * (1 << 30)
+    assert 0.9 * (1 << 30) < second - start < 1.2 * (1 << 30)
+
+
+def test_without_a_window_the_cpu_figure_is_named_the_process_peak(monkeypatch):
+    monkeypatch.setattr(dev, "_CLEAR_REFS", "/nonexistent/clear_refs")
+    assert dev.reset_peak_memory("cpu") is False
+    name, value = dev.peak_memory("cpu", windowed=False)
+    assert name == dev.PROCESS_PEAK and value > 0
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 7)
+    assert dev.peak_memory("mps", windowed=False) == (dev.ALLOCATED_NOW, 7)

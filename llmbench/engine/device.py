@@ -102,25 +102,66 @@ def sync(device: torch.device | str) -> None:
         raise ValueError(f"no sync defined for device type {kind!r}")
 
 
-def reset_peak_memory(device: torch.device | str) -> None:
-    """Start a new peak-memory window where the device supports one (CUDA)."""
-    if torch.device(device).type == "cuda":
+# Linux: writing 5 to clear_refs resets the process's peak RSS (VmHWM) to its current RSS,
+# so each case gets a peak of its own; elsewhere the CPU figure is the process's peak.
+_CLEAR_REFS = "/proc/self/clear_refs"
+_STATUS = "/proc/self/status"
+# The name each device's figure is recorded under: it says what the figure is.
+PER_CASE_PEAK = "peak_memory_bytes"  # the case's own peak (CUDA; CPU on Linux)
+PROCESS_PEAK = "process_peak_memory_bytes"  # the process's peak so far: order-dependent
+ALLOCATED_NOW = "allocated_memory_bytes"  # MPS keeps no peak: allocated at the case's end
+
+
+def reset_peak_memory(device: torch.device | str) -> bool:
+    """Start a new peak-memory window for the next case; whether the device has one (CUDA,
+    and the CPU on Linux)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        return True
+    if kind == "cpu":
+        try:
+            with open(_CLEAR_REFS, "w", encoding="ascii") as fh:
+                fh.write("5")
+            return True
+        except OSError:  # not Linux, or a kernel that refuses it
+            return False
+    return False
+
+
+def _vm_hwm_bytes() -> int | None:
+    try:
+        with open(_STATUS, encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def peak_memory(device: torch.device | str, windowed: bool) -> tuple[str, int]:
+    """(the figure's name, bytes): since the last `reset_peak_memory` when it returned
+    True (`windowed`), else what the device can tell, named for what it is."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return PER_CASE_PEAK, int(torch.cuda.max_memory_allocated(device))
+    if kind == "mps":
+        return ALLOCATED_NOW, int(torch.mps.current_allocated_memory())
+    if kind == "cpu":
+        hwm = _vm_hwm_bytes() if windowed else None
+        if hwm is not None:
+            return PER_CASE_PEAK, hwm
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        # ru_maxrss is in KiB on Linux and in bytes on macOS.
+        return PROCESS_PEAK, int(peak if sys.platform == "darwin" else peak * 1024)
+    raise ValueError(f"no memory probe defined for device type {kind!r}")
 
 
 def peak_memory_bytes(device: torch.device | str) -> int:
-    """Peak memory: process RSS high-water mark on CPU, max allocated on CUDA,
-    currently allocated on MPS (MPS keeps no peak counter)."""
-    kind = torch.device(device).type
-    if kind == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    if kind == "mps":
-        return int(torch.mps.current_allocated_memory())
-    if kind == "cpu":
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        # ru_maxrss is in KiB on Linux and in bytes on macOS.
-        return int(peak if sys.platform == "darwin" else peak * 1024)
-    raise ValueError(f"no memory probe defined for device type {kind!r}")
+    """The process's peak on CPU (never reset: see `peak_memory` for a case's own), the
+    peak allocated on CUDA, allocated now on MPS."""
+    return peak_memory(device, windowed=False)[1]
 
 
 def _cpu_model_name() -> str:
