@@ -74,11 +74,15 @@ TINY_CPU = ["--model", "tiny", "--device", "cpu"]
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The library's tests in parallel, then the benchmark suite on the tiny model: timed
-    for real and serially (pytest-benchmark turns itself off under xdist), its counted work
+    """The import contracts, the library's tests in parallel, then the benchmark suite on the
+    tiny model: timed for real and serially (pytest-benchmark turns itself off under xdist),
+    its counted work
     judged exactly against the committed reference (any added op, FLOP or byte fails, on
     any machine: exact counts cannot flake), then once more in parallel as a smoke test."""
     install(session)
+    # The package's layering (pyproject.toml's import-linter contracts): what each part may
+    # import, and no cycles.
+    session.run("lint-imports")
     # loadgroup: tests marked with one xdist_group share a worker, one after another (the
     # paired A/A on real processes must not time against inductor compiling beside it).
     session.run("pytest", "-n", "auto", "--dist", "loadgroup", "tests", *session.posargs)

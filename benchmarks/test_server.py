@@ -12,7 +12,7 @@ from fixtures.timing import Work
 from llmbench.engine.config import SamplingParams
 from llmbench.engine.loop import generate
 from llmbench.engine.prompts import encode, questions
-from llmbench.serve.client import complete_once, run_load
+from llmbench.load.client import complete_once, run_load
 
 QUESTION = questions()[0]
 # The server does its work on its own threads (or machine), where the counters do not look.

@@ -47,10 +47,9 @@ from pathlib import Path
 
 import numpy as np
 
-from llmbench import gate
+from llmbench import ab, gate
 from llmbench import runs as baselines
 from llmbench.errors import UserError
-from llmbench.gate import ab
 from llmbench.gate.stats import Verdict
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
-from llmbench.gate.ab import child_env
+from llmbench.ab import child_env
 from llmbench.runs import Run, run_from_json
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 from gate_runs import REPO, SELECTION, TINY_ARGS, make_run, quiet_history
 
-from llmbench import gate, runs
+from llmbench import ab, gate, runs
 from llmbench.cli import main
 from llmbench.errors import EXIT_USAGE
-from llmbench.gate import ab
 from llmbench.gate.stats import Verdict
 
 FAKE_CONFTEST = '''

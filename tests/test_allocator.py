@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from llmbench import ab
 from llmbench.engine import allocator
-from llmbench.gate import ab
 
 pytestmark = pytest.mark.skipif(not allocator.uses_glibc(), reason="glibc's malloc only")
 

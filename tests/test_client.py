@@ -19,15 +19,16 @@ from llmbench.cli import server as cli_server
 from llmbench.engine.config import EngineConfig, SamplingParams
 from llmbench.engine.models import load_model
 from llmbench.errors import UserError
-from llmbench.serve.app import ServerSettings, create_app, running_server
-from llmbench.serve.client import LoadConfig, complete_once, run_load, stream_request
-from llmbench.serve.load_result import (
+from llmbench.load.client import complete_once, run_load, stream_request
+from llmbench.load.config import LoadConfig
+from llmbench.load.result import (
     LoadResult,
     RequestSample,
     judged,
     summary_line,
     token_timeline,
 )
+from llmbench.serve.app import ServerSettings, create_app, running_server
 from llmbench.serve.streaming import IncrementalDetokenizer
 
 

@@ -11,8 +11,8 @@ import sys
 import pytest
 from gate_runs import make_run, write_run
 
+from llmbench.ab import child_env
 from llmbench.errors import EXIT_NOT_CONFIRMED, EXIT_OK
-from llmbench.gate.ab import child_env
 
 # Enough benchmarks that the JSON verdicts (~0.7 kB each) overflow a 64 kB pipe buffer: the
 # command is still writing when the reader leaves, whatever the timing.

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from gate_runs import REPO, SELECTION, SLOW_DECODE, TEST_THRESHOLD, TINY_ARGS, suite_copy, tiny_runs
 
-from llmbench.gate.ab import child_env
+from llmbench.ab import child_env
 
 ENV_FOLDER = "tiny-cpu-float32"
 OTHER_CPU = "AMD EPYC 7B13 64-Core Processor"

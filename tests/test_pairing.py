@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from gate_runs import REPO, TINY_ARGS
 
-from llmbench import gate, runs
+from llmbench import ab, gate, runs
+from llmbench.ab import pair_worker, pairing
 from llmbench.errors import EXIT_USAGE
-from llmbench.gate import ab, pair_worker, pairing
 from llmbench.gate.stats import Verdict
 
 FAKE_CONFTEST = '''

@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from llmbench.serve.client import LoadConfig
+from llmbench.load.config import LoadConfig
 from llmbench.serve.settings import ServerSettings
 
 HEAVY = ("torch", "transformers", "fastapi")

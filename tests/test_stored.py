@@ -222,7 +222,7 @@ def test_the_same_rules_reach_json_and_markdown():
 # --- Confirmation: a paired A/B settles the stored verdicts ---------------------------------
 
 class FakeAB:
-    """Stands for `llmbench.gate.ab.run_ab`: records its call, returns paired verdicts."""
+    """Stands for `llmbench.ab.run_ab`: records its call, returns paired verdicts."""
 
     def __init__(self, verdict: Verdict | None = None, error: str | None = None):
         self.verdict, self.error, self.calls = verdict, error, []
@@ -244,7 +244,7 @@ class FakeAB:
 def fake_ab(monkeypatch):
     def install(**kw):
         fake = FakeAB(**kw)
-        monkeypatch.setattr("llmbench.gate.ab.run_ab", fake)
+        monkeypatch.setattr("llmbench.ab.run_ab", fake)
         return fake
     return install
 

@@ -72,7 +72,7 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
         return _not_run(result, "--no-confirm", keys)
     if (why := why_not(result)) is not None:
         return _not_run(result, why, keys)
-    from llmbench.gate.ab import run_ab  # git worktrees and worker processes: only now
+    from llmbench.ab import run_ab  # git worktrees and worker processes: only now
 
     commit = result.baseline.commit_info["id"]
     # Nothing of this run's own injection goes to the baseline: it ran its commit as is.

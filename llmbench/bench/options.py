@@ -27,7 +27,7 @@ from llmbench.engine.config import (
 from llmbench.engine.device import resolve_device, resolve_dtype
 from llmbench.engine.quantized import check_weights_supported
 from llmbench.errors import UserError
-from llmbench.serve.client import APIS as SERVER_APIS
+from llmbench.load.config import APIS as SERVER_APIS
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -46,8 +46,7 @@ def _print_decided(coordinator) -> None:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from llmbench import gate
-    from llmbench.gate import ab
+    from llmbench import ab, gate
     from llmbench.gate.options import gate_options
 
     if args.rounds is not None and args.blocks is None:
@@ -71,7 +70,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add `ab` to the `llmbench` command."""
-    from llmbench.gate.ab import DEFAULT_BUDGET_S, DEFAULT_ROUNDS
+    from llmbench.ab import DEFAULT_BUDGET_S, DEFAULT_ROUNDS
     from llmbench.gate.sequential import DEFAULT_MAX_PAIRS, FIRST_LOOK
 
     parser = subparsers.add_parser(

@@ -23,7 +23,8 @@ from llmbench.cli.args import (
 )
 from llmbench.engine.config import EngineConfig, default_of
 from llmbench.errors import EXIT_OK, EXIT_REGRESSION, UserError
-from llmbench.serve.client import APIS, CONNECTION_ERROR, LoadConfig, run_load
+from llmbench.load.client import run_load
+from llmbench.load.config import APIS, CONNECTION_ERROR, LoadConfig
 from llmbench.serve.settings import ServerSettings
 
 
@@ -116,7 +117,7 @@ def cmd_load(args: argparse.Namespace) -> int:
 
     from llmbench.engine.models import load_tokenizer
     from llmbench.engine.prompts import questions
-    from llmbench.serve.load_result import summary_line
+    from llmbench.load.result import summary_line
 
     if args.output is not None and args.output.exists():
         raise UserError(f"{args.output} exists: remove it or pass another --output")

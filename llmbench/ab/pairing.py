@@ -40,9 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from llmbench.gate import pair_worker, sequential
-from llmbench.gate.ab import ABError, Checkout, check_imports, check_pytest_args, side_env
-from llmbench.gate.pair_worker import Channel
+from llmbench.ab import pair_worker
+from llmbench.ab.checkout import ABError, Checkout, check_imports, check_pytest_args, side_env
+from llmbench.ab.pair_worker import Channel
+from llmbench.gate import sequential
 
 POLL_S = 1.0  # how often a wait checks that the worker is still alive
 CONNECT_TIMEOUT_S = 300.0  # starting pytest and importing torch; a slow disk is slow

@@ -1,7 +1,7 @@
 """Streaming clients for the native and OpenAI protocols, and the load generator.
 
 `run_load` sends `num_requests` streamed requests from `concurrency` workers (each sends its
-next request when the previous one ends) and returns a `LoadResult` (see `load_result` for
+next request when the previous one ends) and returns a `LoadResult` (see `result` for
 what counts as served, how tokens are counted and the timing rules) with one
 `RequestSample` per request. Each stream is recorded as (arrival, text) pairs and counted
 and timed after the run, so tokenizing never delays reading the stream.
@@ -21,43 +21,14 @@ import httpx
 
 from llmbench.engine.config import SamplingParams
 from llmbench.errors import UserError
-from llmbench.serve.load_result import LoadResult, RequestSample, judged, token_timeline
-
-APIS = ("native", "openai")
-# Why a request got no answer at all (beside an HTTP status); `load_result` names the rest.
-ERROR_EVENT, TIMEOUT, CONNECTION_ERROR, BAD_STREAM = (
-    "error event", "timeout", "connection error", "bad stream")
-
-
-# Where `llmbench serve` listens by default. The client keeps its own copy rather than
-# importing the app's settings: a load run against another server must not load FastAPI
-# and torch. tests/test_client.py checks that the two agree.
-DEFAULT_URL = "http://127.0.0.1:8000"
-
-
-@dataclass(frozen=True)
-class LoadConfig:
-    """Where to send load, how much, and how long to keep at it."""
-
-    url: str = DEFAULT_URL
-    api: str = "native"
-    concurrency: int = 1
-    num_requests: int = 32
-    chat: bool = True  # native: chat template; openai: /v1/chat/completions
-    model: str | None = None  # sent as the OpenAI `model` field
-    timeout_s: float = 120.0  # per request
-    duration_s: float | None = None  # whole run; requests still running then are cut off
-
-    def __post_init__(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
-            raise UserError(f"--url must start with http:// or https://, got {self.url!r}")
-        if self.api not in APIS:
-            raise UserError(f"unknown api {self.api!r}: choose one of {', '.join(APIS)}")
-        if self.concurrency < 1 or self.num_requests < 1:
-            raise UserError("concurrency and number of requests must be at least 1, got "
-                            f"{self.concurrency} and {self.num_requests}")
-        if not self.timeout_s > 0 or (self.duration_s is not None and not self.duration_s > 0):
-            raise UserError("--timeout and --duration must be positive seconds")
+from llmbench.load.config import (
+    BAD_STREAM,
+    CONNECTION_ERROR,
+    ERROR_EVENT,
+    TIMEOUT,
+    LoadConfig,
+)
+from llmbench.load.result import LoadResult, RequestSample, judged, token_timeline
 
 
 class ServerError(RuntimeError):

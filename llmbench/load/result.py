@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # the client imports this module; the config is only named here
+if TYPE_CHECKING:  # only named here
     from llmbench.engine.config import SamplingParams
-    from llmbench.serve.client import LoadConfig
+    from llmbench.load.config import LoadConfig
 
 PERCENTILES = (50, 90, 99)
 EMPTY_ANSWER = "empty answer"

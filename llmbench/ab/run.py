@@ -1,0 +1,128 @@
+"""A/B mode: a git revision against the working tree, on the same machine at the same time.
+
+A stored baseline was measured minutes or days ago, on a machine whose speed has drifted
+since (on a shared 2-core box, separate runs of the same code land 14-20% apart). A/B mode
+removes the drift instead of modelling it. REV is checked out into a temporary `git
+worktree`, and its benchmark suite (the baseline) and the working tree's (the candidate)
+run side by side:
+- paired (the default, `judge_in_turn`, see `pairing`): two long-lived processes take turns
+  one round at a time, and each benchmark is judged on its pairs of rounds, measured seconds
+  apart, by a group-sequential test within a time budget. The recommended check for a
+  change on a noisy machine;
+- in blocks (`run_blocks`, `--blocks N`): each side's suite runs N times as fresh processes
+  in ABBA order, and the gate compares block medians (`stats`), with the block as the unit.
+
+Each side imports llmbench from its own checkout: the run's cwd is that checkout and it
+comes first on PYTHONPATH (ahead of the editable install). Both modes check this before
+timing anything, and check each baseline run's recorded commit against REV afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from llmbench import runs
+from llmbench.ab.blocks import DEFAULT_ROUNDS, run_blocks
+from llmbench.ab.checkout import (
+    ABError,
+    Checkout,
+    check_commit,
+    check_pytest_args,
+    repo_root,
+    worktree,
+)
+from llmbench.gate import stats
+from llmbench.gate.compare import GateOptions, GateResult, compare_paired, compare_runs
+
+DEFAULT_BUDGET_S = 600.0  # paired: ten minutes fits the quick selection on a 2-core CPU
+
+
+def live_threshold(options: GateOptions, nodeid: str, group: str | None,
+                   device_option: str | None) -> float:
+    """A benchmark's threshold while pairing, before any run is saved: as `compare` resolves
+    it (benchmark > group > --threshold > the device's default)."""
+    name = nodeid.rsplit("::", 1)[-1]
+    for key in (nodeid, name, group):
+        if key is not None and key in options.threshold_for:
+            return options.threshold_for[key]
+    if options.threshold is not None:
+        return options.threshold
+    from llmbench.engine.device import resolve_device  # torch: only when a default is needed
+
+    return stats.DEFAULT_THRESHOLDS[resolve_device(device_option or "auto").type]
+
+
+def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
+           budget_s: float = DEFAULT_BUDGET_S, max_pairs: int | None = None,
+           pytest_args: Sequence[str] = (), options: GateOptions | None = None,
+           keep: str | None = None, repo: str | os.PathLike = ".",
+           candidate_args: Sequence[str] = (), log: TextIO | None = None,
+           on_interrupt=None) -> GateResult:
+    """`llmbench ab REV`: REV's suite against the working tree's, paired round by round
+    within `budget_s` (`pairing`), or with `blocks`, interleaved in blocks (this module)."""
+    from llmbench.gate import sequential
+
+    check_pytest_args(pytest_args)
+    options = options or GateOptions()
+    design = sequential.Design(alpha=options.alpha,
+                               max_pairs=max_pairs or sequential.DEFAULT_MAX_PAIRS)
+    if blocks is None and options.normalize:
+        raise ABError("--normalize does not apply to a paired A/B: each pair already shares "
+                      "its moment on the machine; drop it (or pass --blocks)")
+    root = repo_root(repo)
+    if keep is not None and Path(keep).exists() and any(Path(keep).iterdir()):
+        raise ABError(f"--keep {keep}: the folder is not empty; pass a new one")
+    with contextlib.ExitStack() as stack:
+        workdir = Path(keep) if keep else Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="llmbench-ab-runs-")))
+        source, sha = stack.enter_context(worktree(root, rev))
+        baseline = Checkout("baseline", source, commit=sha)
+        candidate = Checkout("candidate", root, tuple(candidate_args))
+        if blocks is not None:
+            if log is not None:
+                print(f"llmbench ab: baseline {rev} ({sha[:8]}) in {source}; candidate: the "
+                      f"working tree {root}; {blocks} blocks x {rounds} rounds", file=log)
+            base, cand = run_blocks(baseline, candidate, blocks=blocks, rounds=rounds,
+                                    pytest_args=pytest_args, workdir=workdir, log=log)
+            return compare_runs(base, cand, options)
+        if log is not None:
+            print(f"llmbench ab: baseline {rev} ({sha[:8]}) in {source}; candidate: the "
+                  f"working tree {root}; paired rounds, budget {budget_s:.0f} s, at most "
+                  f"{design.max_pairs} pairs a benchmark", file=log)
+        return judge_in_turn(baseline, candidate, pytest_args=pytest_args, workdir=workdir,
+                             design=design, budget_s=budget_s, options=options, log=log,
+                             on_interrupt=on_interrupt)
+
+
+def judge_in_turn(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence[str],
+                  workdir: Path, design, budget_s: float, options: GateOptions,
+                  log: TextIO | None = None, on_interrupt=None) -> GateResult:
+    """Pair two checkouts' suites round by round (`pairing`) and judge the pairs."""
+    from llmbench.ab import pairing
+
+    paired = pairing.run_paired(
+        baseline, candidate, pytest_args=pytest_args, workdir=workdir, design=design,
+        budget_s=budget_s, log=log, on_interrupt=on_interrupt,
+        threshold_of=lambda nodeid, group, device: live_threshold(options, nodeid, group,
+                                                                  device))
+    base, cand = runs.load_run(paired.baseline), runs.load_run(paired.candidate)
+    for run, side in ((base, baseline), (cand, candidate)):
+        check_commit(run, side)
+    for record in paired.pairing["benchmarks"]:  # the saved runs are the pairs, exactly
+        for run, side in ((base, "baseline"), (cand, "candidate")):
+            saved = run.benchmarks.get(record["name"])
+            if saved is None or list(saved.samples) != record[side]:
+                raise ABError(f"{side} run {run.source} does not hold the rounds paired "
+                              f"for {record['name']}")
+    result = compare_paired(base, cand, design, options)
+    # A benchmark one side lacks is in neither saved run: it was never paired.
+    only = paired.pairing["only"]
+    return dataclasses.replace(result, pairing=paired.pairing,
+                               only_baseline=(*result.only_baseline, *only["baseline"]),
+                               only_candidate=(*result.only_candidate, *only["candidate"]))

@@ -1,0 +1,44 @@
+"""What a load run is asked to do (`LoadConfig`), the protocols it speaks, and the names of the
+ways a request can get no answer: shared by the client and its results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmbench.errors import UserError
+
+APIS = ("native", "openai")
+# Why a request got no answer at all (beside an HTTP status); `result` names the rest.
+ERROR_EVENT, TIMEOUT, CONNECTION_ERROR, BAD_STREAM = (
+    "error event", "timeout", "connection error", "bad stream")
+
+
+# Where `llmbench serve` listens by default. The client keeps its own copy rather than
+# importing the app's settings: a load run against another server must not load FastAPI
+# and torch. tests/test_client.py checks that the two agree.
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """Where to send load, how much, and how long to keep at it."""
+
+    url: str = DEFAULT_URL
+    api: str = "native"
+    concurrency: int = 1
+    num_requests: int = 32
+    chat: bool = True  # native: chat template; openai: /v1/chat/completions
+    model: str | None = None  # sent as the OpenAI `model` field
+    timeout_s: float = 120.0  # per request
+    duration_s: float | None = None  # whole run; requests still running then are cut off
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise UserError(f"--url must start with http:// or https://, got {self.url!r}")
+        if self.api not in APIS:
+            raise UserError(f"unknown api {self.api!r}: choose one of {', '.join(APIS)}")
+        if self.concurrency < 1 or self.num_requests < 1:
+            raise UserError("concurrency and number of requests must be at least 1, got "
+                            f"{self.concurrency} and {self.num_requests}")
+        if not self.timeout_s > 0 or (self.duration_s is not None and not self.duration_s > 0):
+            raise UserError("--timeout and --duration must be positive seconds")
