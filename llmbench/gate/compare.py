@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import llmbench.gate.memory as peak_memory
 import llmbench.gate.work as counted_work
 from llmbench.errors import EXIT_NOT_CONFIRMED, EXIT_OK, EXIT_REGRESSION, UserError
 from llmbench.gate import noise as between_noise
@@ -91,12 +92,16 @@ class GateOptions:
     # Counted work that grows beyond work_threshold fails the gate, unless not work_gate.
     work_threshold: float = counted_work.DEFAULT_WORK_THRESHOLD
     work_gate: bool = True
+    # A case's own peak memory that grows beyond memory_threshold fails the gate.
+    memory_threshold: float = peak_memory.DEFAULT_MEMORY_THRESHOLD
 
     def __post_init__(self) -> None:
         stats.Rule(alpha=self.alpha)  # validates alpha with the rule's own message
         stats.ThresholdOverrides(groups=dict(self.threshold_for), run=self.threshold)
         if not (math.isfinite(self.work_threshold) and self.work_threshold >= 0):
             raise ValueError(f"work threshold must be >= 0, got {self.work_threshold!r}")
+        if not (math.isfinite(self.memory_threshold) and self.memory_threshold > 0):
+            raise ValueError(f"memory threshold must be > 0, got {self.memory_threshold!r}")
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,7 @@ class GateResult:
     design: sequential.Design | None = None  # paired A/B: the looks its verdicts were taken at
     pairing: Mapping | None = None  # paired A/B: every pair and why each benchmark stopped
     work: tuple[counted_work.WorkFinding, ...] = ()  # counted work, benchmark by benchmark
+    memory: tuple[peak_memory.MemoryFinding, ...] = ()  # each case's own peak memory
     # How the two runs' code differs ([]: the same code, so no verdict on it); None when
     # judged paired, where the question does not arise.
     code: tuple[str, ...] | None = None
@@ -143,6 +149,12 @@ class GateResult:
         return [f for f in self.work if f.is_regression]
 
     @property
+    def memory_regressions(self) -> list[peak_memory.MemoryFinding]:
+        """Cases whose own peak memory grew beyond the threshold; none between runs of the
+        same code (a peak is not exact: the same code's differences are the allocator's)."""
+        return [] if self.same_code else [f for f in self.memory if f.is_regression]
+
+    @property
     def sequential(self) -> str:
         """The paired design in words, for the rule line."""
         d = self.design
@@ -160,7 +172,7 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
-        if self.work_regressions:
+        if self.work_regressions or self.memory_regressions:
             return EXIT_REGRESSION
         if self.same_code:
             return EXIT_OK
@@ -250,7 +262,11 @@ def _result(baseline: Run, candidate: Run, options: GateOptions, common: Sequenc
         other_work=other_work, design=design,
         work=counted_work.judge_all(
             common, {k: baseline.benchmarks[k].extra_info for k in common},
-            {k: candidate.benchmarks[k].extra_info for k in common}, options.work_threshold))
+            {k: candidate.benchmarks[k].extra_info for k in common}, options.work_threshold),
+        memory=peak_memory.judge_all(
+            common, {k: baseline.benchmarks[k].extra_info for k in common},
+            {k: candidate.benchmarks[k].extra_info for k in common}, options.memory_threshold,
+            (baseline.info.get("format", 1), candidate.info.get("format", 1))))
 
 
 def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = None,

@@ -20,6 +20,7 @@ from llmbench.gate.compare import (
     parse_threshold_for,
     parse_work_threshold,
 )
+from llmbench.gate.memory import DEFAULT_MEMORY_THRESHOLD
 from llmbench.gate.work import DEFAULT_WORK_THRESHOLD
 
 
@@ -75,13 +76,18 @@ WORK_THRESHOLD = Flag(
     type=parsed_by(parse_work_threshold, "pct"),
     help="counted work (FLOPs, bytes or aten ops of a case) that grows by more than this fails "
          "the gate, exactly, whatever the timing says; 0 fails on any growth. Default: 1%%")
+MEMORY_THRESHOLD = Flag(
+    "--memory-threshold", default=DEFAULT_MEMORY_THRESHOLD, metavar="PCT",
+    type=parsed_by(parse_fraction, "pct"),
+    help="a case whose own peak memory grows by more than this (and by more than 16 MiB) "
+         "fails the gate. Default: 10%%")
 NO_WORK_GATE = Flag(
     "--no-work-gate", default=True, action="store_false", field="work_gate",
     help="report counted-work findings without failing on them. Default: work can fail")
 
 # Every flag that shapes GateOptions, in the order --help lists them.
 FLAGS = (THRESHOLD, THRESHOLD_FOR, ALPHA, NORMALIZE, ALLOW_MISMATCH, FAIL_ON_INCONCLUSIVE,
-         WORK_THRESHOLD, NO_WORK_GATE)
+         WORK_THRESHOLD, NO_WORK_GATE, MEMORY_THRESHOLD)
 
 # pytest only: where the suite's gate looks for its baseline.
 COMPARE_TO = Flag(

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from llmbench.gate import stats
 from llmbench.gate.compare import GateResult
+from llmbench.gate.memory import MemoryStatus
 from llmbench.gate.work import WorkFinding, WorkStatus, differing, rule_words, tally
 from llmbench.runs.code import code_of
 from llmbench.runs.model import Run
@@ -101,6 +102,23 @@ def work_lines(result: GateResult) -> list[str]:
         reasons = sorted({f.reason for f in not_counted})
         line += f"; not counted: {'; '.join(reasons)}"
     return [*lines, line]
+
+
+def memory_lines(result: GateResult) -> list[str]:
+    """Each case whose own peak memory moved beyond the threshold, then one line counting."""
+    if not result.memory:
+        return []
+    moved = [f for f in result.memory if f.status in (MemoryStatus.MORE, MemoryStatus.LESS)]
+    consequence = ("" if result.same_code else " (fails the gate)")
+    lines = [f"memory: {result.labels.get(f.name, f.name)}: {f.status.value}: {f.describe()}"
+             + (consequence if f.is_regression else "") for f in moved]
+    counts: dict[str, int] = {}
+    for f in result.memory:
+        counts[f.status.value] = counts.get(f.status.value, 0) + 1
+    threshold = result.options.memory_threshold
+    lines.append("peak memory per case: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+                 + f"; more than +{threshold:.0%} fails")
+    return lines
 
 
 def _describe(run: Run) -> str:
@@ -231,7 +249,7 @@ def summary_line(result: GateResult) -> str:
                     f"both runs measured the same code; {_machine_words(result)}")
         return line
     not_confirmed = n[stats.Verdict.NOT_CONFIRMED.value]
-    if n["regression"] or result.work_regressions:
+    if n["regression"] or result.work_regressions or result.memory_regressions:
         outcome = "REGRESSION"
     elif n["inconclusive"] and result.options.fail_on_inconclusive:
         outcome = "FAIL (inconclusive, --fail-on-inconclusive)"
@@ -247,6 +265,8 @@ def summary_line(result: GateResult) -> str:
     line = f"{outcome}: {counts}"
     if result.work_regressions:
         line += f"; {len(result.work_regressions)} with more work"
+    if result.memory_regressions:
+        line += f"; {len(result.memory_regressions)} with more peak memory"
     slower = [c for c in result.comparisons
               if (shift := significant_shift(result, c)) and shift.startswith("slower")]
     if slower:
@@ -299,6 +319,7 @@ def render_text(result: GateResult) -> str:
     lines = header_lines(result)
     lines += ["", *text_table(COLUMNS, _rows(result)), ""]
     lines += work_lines(result)
+    lines += memory_lines(result)
     lines += _one_side_notes(result)
     lines.append(summary_line(result))
     return "\n".join(lines)
@@ -318,7 +339,8 @@ def render_markdown(result: GateResult) -> str:
         cells.append(f"**{verdict}**" if not verdict.startswith("unchanged") else verdict)
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    lines += [f"- {esc(note)}" for note in [*work_lines(result), *_one_side_notes(result)]]
+    lines += [f"- {esc(note)}" for note in [*work_lines(result), *memory_lines(result),
+                                            *_one_side_notes(result)]]
     lines.append(f"**{esc(summary_line(result))}**")
     return "\n".join(lines)
 
@@ -337,7 +359,8 @@ def to_json(result: GateResult) -> dict:
                     "alpha": o.alpha, "normalize": o.normalize,
                     "allow_mismatch": o.allow_mismatch,
                     "fail_on_inconclusive": o.fail_on_inconclusive,
-                    "work_threshold": o.work_threshold, "work_gate": o.work_gate},
+                    "work_threshold": o.work_threshold, "work_gate": o.work_gate,
+                    "memory_threshold": o.memory_threshold},
         "environment": result.candidate.environment,
         "mismatches": list(result.mismatches),
         "versions": {k: list(v) for k, v in result.versions.items()},
@@ -348,6 +371,9 @@ def to_json(result: GateResult) -> dict:
         "work": [f.to_json() for f in result.work],
         "work_gated": bool(result.options.work_gate and not result.work_versions),
         "work_regressions": [f.name for f in result.work_regressions],
+        "memory": [{"name": f.name, "status": f.status.value, "baseline": f.baseline_bytes,
+                    "candidate": f.candidate_bytes} for f in result.memory],
+        "memory_regressions": [f.name for f in result.memory_regressions],
         "only_baseline": list(result.only_baseline),
         "only_candidate": list(result.only_candidate),
         "other_work": dict(result.other_work),

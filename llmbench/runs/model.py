@@ -24,7 +24,8 @@ from llmbench.errors import UserError
 from llmbench.runs.environment import EnvironmentMismatch, environment_differences
 
 # The version of the `llmbench` section a run is written in (`format`; runs written before it
-# was recorded are format 1). 2: the stored verdict and its confirmation, saved with the run.
+# was recorded are format 1). 2: each case's own peak memory (format 1 recorded the process's
+# high-water mark under the same name), and the stored verdict and its confirmation.
 # A run of a newer format is refused by name: this llmbench cannot know what it means.
 FORMAT_VERSION = 2
 # Groups in the order reports show them; any other group follows, alphabetically.

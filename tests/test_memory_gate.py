@@ -1,0 +1,95 @@
+"""Peak memory judged as a figure that can regress: each case's own peak, its own threshold
+(10% by default, and more than 16 MiB), never across runs that recorded another figure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from gate_runs import make_run, quiet_history
+
+from llmbench import gate
+from llmbench.errors import EXIT_OK, EXIT_REGRESSION
+from llmbench.gate.memory import MemoryStatus
+from llmbench.runs import run_from_json
+
+MIB = 1 << 20
+DECODE_16 = "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]"
+
+
+def _run(seed, commit, peaks, *, fmt=2, key="peak_memory_bytes"):
+    data = make_run(seed)
+    data["commit_info"] = {"id": commit, "dirty": False}
+    data["llmbench"]["format"] = fmt
+    for bench in data["benchmarks"]:
+        bench["extra_info"][key] = peaks.get(bench["fullname"], 500 * MIB)
+    return run_from_json(data, f"run{seed}")
+
+
+def _compare(base, cand, **options):
+    return gate.compare_runs(base, cand, gate.GateOptions(**options), history=quiet_history())
+
+
+def test_a_case_with_15_percent_more_peak_memory_fails_the_gate():
+    base = _run(1, "a" * 40, {DECODE_16: 400 * MIB})
+    cand = _run(2, "b" * 40, {DECODE_16: 460 * MIB})
+    result = _compare(base, cand)
+    (more,) = result.memory_regressions
+    assert more.name == DECODE_16 and more.status is MemoryStatus.MORE
+    assert result.exit_code == EXIT_REGRESSION
+    text = gate.render_text(result)
+    assert ("memory: test_decode_steps[ctx=16]: more memory: 400 MiB -> 460 MiB (+15.0%) "
+            "(fails the gate)") in text
+    assert gate.summary_line(result).startswith("REGRESSION: 0 regression")
+    assert "1 with more peak memory" in gate.summary_line(result)
+    assert json.loads(gate.render(result, "json"))["memory_regressions"] == [DECODE_16]
+
+
+def test_its_own_threshold_and_a_floor_for_small_cases():
+    base = _run(1, "a" * 40, {DECODE_16: 400 * MIB})
+    assert _compare(base, _run(2, "b" * 40, {DECODE_16: 460 * MIB}),
+                    memory_threshold=0.2).exit_code == EXIT_OK
+    small = _run(1, "a" * 40, {k: 20 * MIB for k in base.benchmarks})
+    grown = _run(2, "b" * 40, {k: 30 * MIB for k in base.benchmarks})  # +50%, but 10 MiB
+    assert {f.status for f in _compare(small, grown).memory} == {MemoryStatus.SAME}
+
+
+def test_less_memory_is_shown_and_fails_nothing():
+    result = _compare(_run(1, "a" * 40, {DECODE_16: 600 * MIB}),
+                      _run(2, "b" * 40, {DECODE_16: 400 * MIB}))
+    assert [f.status for f in result.memory if f.name == DECODE_16] == [MemoryStatus.LESS]
+    assert result.exit_code == EXIT_OK
+
+
+@pytest.mark.parametrize("baseline", [
+    _run(1, "a" * 40, {DECODE_16: 100 * MIB}, fmt=1),  # format 1: the process's peak
+    _run(1, "a" * 40, {DECODE_16: 100 * MIB}, key="process_peak_memory_bytes"),
+])
+def test_figures_that_are_not_a_case_s_own_peak_are_never_judged(baseline):
+    result = _compare(baseline, _run(2, "b" * 40, {DECODE_16: 900 * MIB}))
+    assert {f.status for f in result.memory} == {MemoryStatus.NOT_COMPARABLE}
+    assert not result.memory_regressions
+
+
+def test_the_same_code_shows_a_memory_move_without_failing():
+    base = _run(1, "a" * 40, {DECODE_16: 400 * MIB})
+    result = gate.compare_runs(base, _run(2, "a" * 40, {DECODE_16: 500 * MIB}))
+    assert result.same_code and result.exit_code == EXIT_OK
+    assert "more memory: 400 MiB -> 500 MiB" in gate.render_text(result)
+
+
+def test_the_threshold_is_a_flag_of_compare(tmp_path, capsys):
+    from llmbench.cli import main
+
+    base, cand = tmp_path / "env" / "0001_a.json", tmp_path / "c.json"
+    base.parent.mkdir()
+    for path, seed, commit, peak in ((base, 1, "a" * 40, 400), (cand, 2, "b" * 40, 460)):
+        data = make_run(seed)
+        data["commit_info"] = {"id": commit, "dirty": False}
+        data["llmbench"]["format"] = 2
+        for bench in data["benchmarks"]:
+            bench["extra_info"]["peak_memory_bytes"] = peak * MIB
+        path.write_text(json.dumps(data))
+    assert main(["compare", str(base), str(cand), "--memory-threshold", "20%",
+                 "--format", "json"]) != EXIT_REGRESSION
+    assert json.loads(capsys.readouterr().out)["options"]["memory_threshold"] == 0.2
