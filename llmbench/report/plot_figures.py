@@ -3,7 +3,7 @@ baseline), and how it is titled."""
 
 from __future__ import annotations
 
-from llmbench.report.plot_layouts import Panel, Series, bar_figure, line_figure
+from llmbench.report.plot_layouts import Panel, Series, bar_figure, line_figure, ranked_figure
 from llmbench.report.plot_parts import (
     WHISKERS,
     Skip,
@@ -115,13 +115,11 @@ def sequential_vs_batched(fig, run, baseline):
 
 
 def engines(fig, run, baseline):
-    bar_figure(fig, run, baseline, group="engines",
-               category_of=lambda b: "batch of "
-               f"{b.value('engine_batch') or b.value('batch_size')}",
-               series_of=engine_configuration,
-               what="Engine configurations: our loop and transformers' generate; KV "
-                    "cache, compile, precision and weights (and attention, in the full "
-                    "profile)")
+    ranked_figure(fig, run, baseline, group="engines",
+                  panel_of=lambda b: f"batch of {b.value('engine_batch') or b.value('batch_size')}",
+                  label_of=engine_configuration, value_of=per_token_ms("output_tokens"),
+                  xlabel="ms per output token",
+                  what="Engine configurations on the same work, fastest first")
 
 
 def engine_configuration(bench) -> str:

@@ -1,6 +1,6 @@
-"""The two layouts of the report's figures: one panel per metric with the group's cases
-along x (`line_figure`), and grouped bars of latency and tokens/s per condition
-(`bar_figure`); the baseline overlaid on both."""
+"""The layouts of the report's figures: one panel per metric with the group's cases along x
+(`line_figure`), grouped bars of latency and tokens/s per condition (`bar_figure`), and
+configurations ranked fastest first (`ranked_figure`); the baseline overlaid on each."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from llmbench.report.plot_parts import (
+    BASE_LABEL,
+    RUN_LABEL,
     WHISKERS,
     Points,
     Skip,
@@ -132,3 +134,46 @@ def bar_figure(fig, run, baseline, *, group: str, category_of: Callable, series_
     add_title(fig, what, run, note)
     add_legend(fig)
 
+
+
+def ranked_figure(fig, run, baseline, *, group: str, panel_of: Callable, label_of: Callable,
+                  value_of: Callable, xlabel: str, what: str) -> None:
+    """One panel per `panel_of` value (a batch size), one horizontal bar per configuration
+    (`label_of`), sorted so that the fastest (the lowest `value_of` median) is on top and
+    named; whiskers span the fastest to the slowest round, and the baseline's median is a
+    hollow diamond on its configuration's bar."""
+    need_group(run, group)
+    rows: dict = {}  # panel -> {label: (mid, lo, hi)}
+    for bench in run.group(group):
+        if (value := value_of(bench)) is not None:
+            rows.setdefault(panel_of(bench), {})[label_of(bench)] = value
+    if not rows:
+        raise Skip(f"its {group} benchmarks record no output tokens")
+    before: dict = {}
+    for bench in baseline.group(group) if baseline is not None else ():
+        if (value := value_of(bench)) is not None:
+            before.setdefault(panel_of(bench), {})[label_of(bench)] = value[0]
+    axes = fig.subplots(1, len(rows), squeeze=False)[0]
+    for ax, (panel, values) in zip(axes, sorted(rows.items()), strict=True):
+        ranked = sorted(values, key=lambda label: values[label][0])  # fastest first
+        ys = range(len(ranked))
+        mids = [values[label][0] for label in ranked]
+        errs = [[m - values[lb][1] for m, lb in zip(mids, ranked, strict=True)],
+                [values[lb][2] - m for m, lb in zip(mids, ranked, strict=True)]]
+        colors = ["tab:green"] + ["tab:blue"] * (len(ranked) - 1)
+        ax.barh(ys, mids, xerr=errs, capsize=2, color=colors, alpha=0.85, label=RUN_LABEL)
+        for y, label in zip(ys, ranked, strict=True):
+            ax.text(0, y, f" {values[label][0]:.3g}", va="center", fontsize=8, color="white",
+                    fontweight="bold")
+            if label in before.get(panel, {}):
+                ax.plot(before[panel][label], y, "D", mfc="none", mec="black", ms=6,
+                        label=BASE_LABEL)
+        ax.set_yticks(list(ys), ranked, fontsize=8)
+        ax.get_yticklabels()[0].set_fontweight("bold")
+        ax.invert_yaxis()  # the fastest at the top
+        ax.set_xlabel(xlabel)
+        ax.set_title(f"{panel}: fastest {ranked[0]}", fontsize=9)
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.set_xlim(left=0)
+    fig.suptitle(f"{what}\n{run.title}", fontsize=11)
+    add_legend(fig)
