@@ -275,6 +275,14 @@ def test_a_slowdown_the_ab_clears_passes(fake_ab):
                if c.name in DECODE)
 
 
+def test_a_slowdown_the_ab_cannot_decide_in_its_budget_stays_not_confirmed(fake_ab):
+    fake_ab(verdict=Verdict.INCONCLUSIVE)
+    result = confirm.confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
+    assert {_verdicts(result)[k] for k in DECODE} == {Verdict.NOT_CONFIRMED}
+    assert result.exit_code == EXIT_NOT_CONFIRMED
+    assert result.confirmation["status"] == "ran"
+
+
 @pytest.mark.parametrize("baseline, budget, why", [
     (_run(1, A, dirty=True), 60, "the baseline ran uncommitted changes on aaaaaaaa"),
     (_run(1, None), 60, "the baseline run recorded no commit"),

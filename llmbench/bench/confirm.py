@@ -5,7 +5,7 @@ be the machine. When the two runs measured different code and the baseline's com
 this repository, the suite's gate re-measures exactly those benchmarks as `llmbench ab` does:
 the baseline's commit in a temporary worktree against the working tree, one round each in
 turn, judged sequentially within `--confirm-budget`. The A/B's verdicts replace the stored
-ones (`gate.stored.settle`). Where no A/B can run (no git, the commit is gone, the baseline
+ones (`gate.stored.settle`); one it cannot decide within the budget stays not confirmed. Where no A/B can run (no git, the commit is gone, the baseline
 ran uncommitted changes), the comparison says why and its slower benchmarks stay "not
 confirmed" (exit 6), neither a pass nor a regression.
 """

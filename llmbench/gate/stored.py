@@ -78,15 +78,19 @@ def candidates(comparisons: Sequence[Comparison]) -> list[str]:
 
 def settle(comparisons: Sequence[Comparison], paired: Mapping[str, Comparison]
            ) -> tuple[Comparison, ...]:
-    """The stored verdicts with each benchmark a paired A/B judged replaced by its verdict."""
+    """The stored verdicts with each slower benchmark a paired A/B judged replaced by its
+    verdict. One the A/B could not decide within its budget stays not confirmed: the stored
+    runs found it slower and nothing has cleared it."""
     out = []
     for c in comparisons:
         ab = paired.get(c.name)
         if ab is None or c.verdict not in (Verdict.REGRESSION, Verdict.NOT_CONFIRMED):
             out.append(c)
             continue
+        verdict = Verdict.NOT_CONFIRMED if ab.verdict is Verdict.INCONCLUSIVE else ab.verdict
         out.append(dataclasses.replace(
-            ab, reason=f"paired A/B: {ab.reason} (stored runs: x{c.ratio:.3f}, {c.verdict})"))
+            ab, verdict=verdict,
+            reason=f"paired A/B: {ab.reason} (stored runs: x{c.ratio:.3f}, {c.verdict})"))
     return tuple(out)
 
 
