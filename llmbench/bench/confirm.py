@@ -80,7 +80,8 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     if base_injection:
         return _not_run(result, "the baseline ran with an injected slowdown", keys)
     if log is not None:
-        print(f"llmbench: confirming {len(keys)} slower benchmark(s) by a paired A/B against "
+        # A line of its own: pytest's progress line may not have ended yet.
+        print(f"\nllmbench: confirming {len(keys)} slower benchmark(s) by a paired A/B against "
               f"{commit[:8]}, within {budget_s:.0f} s", file=log, flush=True)
     started = time.monotonic()
     try:
