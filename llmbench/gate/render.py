@@ -176,7 +176,7 @@ def code_lines(result: GateResult) -> list[str]:
                      "verdict on the code, every difference is the machine's")
     else:
         lines.append(f"code differs: {'; '.join(result.code)}")
-    if (line := noise_line(result)) is not None:
+    if not result.same_code and (line := noise_line(result)) is not None:
         lines.append(line)
     conf = result.confirmation
     if conf is not None and conf.get("status") == "ran":
