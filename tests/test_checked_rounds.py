@@ -46,11 +46,11 @@ def suite(tmp_path_factory):
     return suite_copy(root / "suite"), root / "plugins"
 
 
-@pytest.mark.parametrize("function, at_call", [("decode_step", 14), ("prefill", 3)])
+@pytest.mark.parametrize("function, at_call", [("decode_step", 24), ("prefill", 3)])
 def test_one_round_with_other_tokens_fails_its_case(suite, tmp_path, function, at_call):
-    """decode_step: its reference takes the profile's steps (10 calls), the warm-up round the
-    next ten, so call 14 falls inside the warm-up round; prefill: call 3 is the first timed
-    round (the reference is call 1, the warm-up call 2)."""
+    """One timed round flipped. decode_step: the reference takes the profile's steps (calls
+    1-10), the warm-up round the next ten, so call 24 falls inside the first timed round;
+    prefill: call 3 is the first timed round (the reference is call 1, the warm-up call 2)."""
     copy, plugins = suite
     proc = run_pytest(copy, *ARGS, f"--baseline-dir={tmp_path}", "-p", "flip_tokens",
                       CASES[function], PYTHONPATH=str(plugins), FLIP_FUNCTION=function,

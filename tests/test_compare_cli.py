@@ -76,7 +76,7 @@ def test_a_lone_baseline_cannot_prove_a_slowdown_not_confirmed_exits_6(capsys, t
     assert "noise between runs: not measured yet" in out
     assert "`llmbench ab 00000000`" in out  # the baseline's commit
     assert out.splitlines()[-1].startswith("NOT CONFIRMED: 0 regression, 0 improvement, "
-                                           "3 unchanged, 0 inconclusive, 1 not confirmed of 4")
+                                           "0 unchanged, 3 inconclusive, 1 not confirmed of 4")
 
 
 def test_options_reach_the_rule(capsys, base, tmp_path):

@@ -1,10 +1,9 @@
 """Confirm before condemning, for real: the suite's gate on the tiny model, in this repository,
 settles a stored comparison's slower benchmarks by a paired A/B against the baseline's commit.
 
-A planted 2x decode slowdown becomes a confirmed regression (exit 1) on decode alone; a
-baseline made to look twice as fast as the code it ran (the same code, recorded under other
-library versions so that the gate must confirm) becomes no regression once the A/B has
-re-measured both sides.
+A planted 2x decode slowdown becomes a confirmed regression (exit 1) on decode alone; a commit
+that changes nothing, judged against a baseline made to look twice as fast on decode as the
+code it ran, becomes no regression once the A/B has re-measured both commits.
 """
 
 from __future__ import annotations
@@ -47,10 +46,10 @@ def baseline(tmp_path_factory) -> Path:
     return path
 
 
-def _judge(baseline: Path, tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess,
-                                                                  dict]:
+def _judge(baseline: Path, tmp_path: Path, *extra: str, repo: Path = REPO
+           ) -> tuple[subprocess.CompletedProcess, dict]:
     runs = tmp_path / "runs"
-    proc = run_pytest(REPO, *ARGS, f"--baseline-dir={runs}", f"--compare-to={baseline}",
+    proc = run_pytest(repo, *ARGS, f"--baseline-dir={runs}", f"--compare-to={baseline}",
                       *extra, PREFILL, DECODE, timeout=900)
     (saved,) = runs.glob("*/*.json")
     return proc, json.loads(saved.read_text())["llmbench"]
@@ -70,18 +69,23 @@ def test_a_planted_2x_decode_slowdown_is_confirmed_on_decode_only(baseline, tmp_
     assert "confirmed by a paired A/B against" in out
 
 
-def test_a_candidate_of_unchanged_code_is_cleared_by_the_ab(baseline, tmp_path):
-    fast = json.loads(baseline.read_text())
-    fast["llmbench"]["environment"]["versions"]["pytest-benchmark"] = "0.0.0"  # other code
+def test_a_commit_that_changes_nothing_is_cleared_by_the_ab(baseline, tmp_path):
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "changes nothing"], cwd=clone, check=True)
+    fast = json.loads(baseline.read_text())  # recorded as REPO's HEAD: the clone's HEAD~1
     for bench in fast["benchmarks"]:
         if bench["fullname"] == DECODE:  # the stored runs see decode twice as slow
             bench["stats"]["data"] = [x / 2 for x in bench["stats"]["data"]]
     faked = tmp_path / "baselines" / baseline.parent.name / "0001_fast.json"
     faked.parent.mkdir(parents=True)
     faked.write_text(json.dumps(fast))
-    proc, saved = _judge(faked, tmp_path)
+    proc, saved = _judge(faked, tmp_path, repo=clone)
     out = proc.stdout + proc.stderr
     assert saved["confirmation"]["status"] == "ran", out[-4000:]
     assert saved["confirmation"]["benchmarks"] == [DECODE]
     assert saved["verdict"]["counts"]["regression"] == 0, out[-4000:]
+    verdicts = {c["name"]: c["verdict"] for c in saved["confirmation"]["comparisons"]}
+    assert verdicts[DECODE] == "unchanged", out[-4000:]  # within 50%, on the pairs
     assert proc.returncode == 0, out[-4000:]

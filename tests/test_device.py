@@ -103,7 +103,8 @@ def test_peak_memory(monkeypatch):
     assert dev.peak_memory_bytes("cuda") == 12345
     reset = mock.Mock()
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
-    dev.reset_peak_memory("cuda")
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 100)
+    assert dev.reset_peak_memory("cuda") == 100
     reset.assert_called_once_with("cuda")
     dev.reset_peak_memory("cpu")
     assert reset.call_count == 1
@@ -168,26 +169,28 @@ def _touch(nbytes: int) -> np.ndarray:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux only")
 def test_a_cpu_case_reports_its_own_peak_not_an_earlier_case_s():
-    """~2 GB in one case, then ~1 GB in the next: the second reports about 1 GB above where
-    it started, not the first case's 2 GB (a never-reset high-water mark would)."""
-    assert dev.reset_peak_memory("cpu")
-    big = _touch(2 << 30)
-    name, first = dev.peak_memory("cpu", windowed=True)
+    """~1 GiB in one case, then ~0.5 GiB in the next: the second reports about 0.5 GiB added,
+    and a peak about 0.5 GiB above where it started, not the first case's 1 GiB (a never
+    reset high-water mark would)."""
+    start = dev.reset_peak_memory("cpu")
+    big = _touch(1 << 30)
+    first = dev.peak_memory("cpu", start)
     del big
-    assert dev.reset_peak_memory("cpu")
-    _, start = dev.peak_memory("cpu", windowed=True)
-    small = _touch(1 << 30)
-    name, second = dev.peak_memory("cpu", windowed=True)
+    start = dev.reset_peak_memory("cpu")
+    small = _touch(1 << 29)
+    second = dev.peak_memory("cpu", start)
     del small
-    assert name == dev.PER_CASE_PEAK
-    assert first - start > 1.8 * (1 << 30)
-    assert 0.9 * (1 << 30) < second - start < 1.2 * (1 << 30)
+    assert first[dev.PER_CASE_ADDED] > 0.9 * (1 << 30)
+    assert 0.45 * (1 << 30) < second[dev.PER_CASE_ADDED] < 0.6 * (1 << 30)
+    assert 0.45 * (1 << 30) < second[dev.PER_CASE_PEAK] - start < 0.6 * (1 << 30)
 
 
 def test_without_a_window_the_cpu_figure_is_named_the_process_peak(monkeypatch):
     monkeypatch.setattr(dev, "_CLEAR_REFS", "/nonexistent/clear_refs")
-    assert dev.reset_peak_memory("cpu") is False
-    name, value = dev.peak_memory("cpu", windowed=False)
+    assert dev.reset_peak_memory("cpu") is None
+    (name, value), = dev.peak_memory("cpu", None).items()
     assert name == dev.PROCESS_PEAK and value > 0
     monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 7)
-    assert dev.peak_memory("mps", windowed=False) == (dev.ALLOCATED_NOW, 7)
+    assert dev.peak_memory("mps", None) == {dev.ALLOCATED_NOW: 7}
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 500)
+    assert dev.peak_memory("cuda", 200) == {dev.PER_CASE_PEAK: 500, dev.PER_CASE_ADDED: 300}

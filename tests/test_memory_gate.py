@@ -1,5 +1,6 @@
-"""Peak memory judged as a figure that can regress: each case's own peak, its own threshold
-(10% by default, and more than 16 MiB), never across runs that recorded another figure."""
+"""Peak memory judged as a figure that can regress: what each case's rounds needed above what
+was in use when they began, with its own threshold (10% by default, and more than 16 MiB),
+never across runs that recorded another figure."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ MIB = 1 << 20
 DECODE_16 = "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]"
 
 
-def _run(seed, commit, peaks, *, fmt=2, key="peak_memory_bytes"):
+def _run(seed, commit, peaks, *, fmt=2, key="peak_memory_added_bytes"):
     data = make_run(seed)
     data["commit_info"] = {"id": commit, "dirty": False}
     data["llmbench"]["format"] = fmt
@@ -38,8 +39,8 @@ def test_a_case_with_15_percent_more_peak_memory_fails_the_gate():
     assert more.name == DECODE_16 and more.status is MemoryStatus.MORE
     assert result.exit_code == EXIT_REGRESSION
     text = gate.render_text(result)
-    assert ("memory: test_decode_steps[ctx=16]: more memory: 400 MiB -> 460 MiB (+15.0%) "
-            "(fails the gate)") in text
+    assert ("memory: test_decode_steps[ctx=16]: more memory: 400 MiB -> 460 MiB above the "
+            "case's start (+15.0%) (fails the gate)") in text
     assert gate.summary_line(result).startswith("REGRESSION: 0 regression")
     assert "1 with more peak memory" in gate.summary_line(result)
     assert json.loads(gate.render(result, "json"))["memory_regressions"] == [DECODE_16]
@@ -64,6 +65,7 @@ def test_less_memory_is_shown_and_fails_nothing():
 @pytest.mark.parametrize("baseline", [
     _run(1, "a" * 40, {DECODE_16: 100 * MIB}, fmt=1),  # format 1: the process's peak
     _run(1, "a" * 40, {DECODE_16: 100 * MIB}, key="process_peak_memory_bytes"),
+    _run(1, "a" * 40, {DECODE_16: 100 * MIB}, key="peak_memory_bytes"),  # includes the model
 ])
 def test_figures_that_are_not_a_case_s_own_peak_are_never_judged(baseline):
     result = _compare(baseline, _run(2, "b" * 40, {DECODE_16: 900 * MIB}))
@@ -75,7 +77,7 @@ def test_the_same_code_shows_a_memory_move_without_failing():
     base = _run(1, "a" * 40, {DECODE_16: 400 * MIB})
     result = gate.compare_runs(base, _run(2, "a" * 40, {DECODE_16: 500 * MIB}))
     assert result.same_code and result.exit_code == EXIT_OK
-    assert "more memory: 400 MiB -> 500 MiB" in gate.render_text(result)
+    assert "more memory: 400 MiB -> 500 MiB above the case's start" in gate.render_text(result)
 
 
 def test_the_threshold_is_a_flag_of_compare(tmp_path, capsys):
@@ -88,7 +90,7 @@ def test_the_threshold_is_a_flag_of_compare(tmp_path, capsys):
         data["commit_info"] = {"id": commit, "dirty": False}
         data["llmbench"]["format"] = 2
         for bench in data["benchmarks"]:
-            bench["extra_info"]["peak_memory_bytes"] = peak * MIB
+            bench["extra_info"]["peak_memory_added_bytes"] = peak * MIB
         path.write_text(json.dumps(data))
     assert main(["compare", str(base), str(cand), "--memory-threshold", "20%",
                  "--format", "json"]) != EXIT_REGRESSION

@@ -15,6 +15,8 @@ import math
 import numpy as np
 import pytest
 from gate_runs import QUIET_COMMIT, make_run, quiet_history
+from scipy import special
+from scipy import stats as scipy_stats
 
 from llmbench import gate
 from llmbench.bench import confirm
@@ -33,7 +35,7 @@ def _run(seed: int, commit: str | None = A, *, dirty: bool = False, versions=Non
     data = make_run(seed, **kw)
     data["commit_info"] = {"id": commit, "dirty": dirty} if commit else {}
     if versions is not None:
-        data["llmbench"]["environment"]["versions"] = versions
+        data["llmbench"]["environment"]["versions"].update(versions)
     if injected is not None:
         data["llmbench_injected"] = {"slow_down": injected}
     return run_from_json(data, f"run{seed}")
@@ -114,7 +116,9 @@ def test_pooled_spread_is_the_within_code_standard_deviation():
 
 def test_the_prior_is_the_shared_variance_when_benchmarks_agree():
     s0_2, d0 = noise.fit_prior([0.01] * 8, [3] * 8)
-    assert s0_2 == pytest.approx(0.01 * math.exp(0), rel=0.5) and math.isinf(d0)
+    # Equal variances: the prior is their level, on the log scale's bias-corrected mean.
+    expected = 0.01 * math.exp(math.log(1.5) - special.digamma(1.5))
+    assert s0_2 == pytest.approx(expected, rel=1e-9) and math.isinf(d0)
     rng = np.random.default_rng(0)
     spread = np.exp(rng.normal(0, 2, 40)) * 0.01  # variances 100x apart: little to share
     _, d0_spread = noise.fit_prior(list(spread), [3] * 40)
@@ -136,6 +140,14 @@ def test_a_drifting_machine_measures_a_wider_spread_than_a_quiet_one():
     key = next(iter(DECODE))
     assert quiet.spreads[key].sigma < 0.03
     assert 0.05 < drifting.spreads[key].sigma < 0.2
+
+
+def test_one_a_a_pair_is_worth_few_degrees_of_freedom_however_well_benchmarks_agree():
+    """A run's drift moves every benchmark at once, so their variances agree and the prior
+    alone would claim infinite df from one pair; it is capped at the A/A observations."""
+    estimate = noise.estimate_noise([_run(1), _run(2, factors={"prefill": 1.1, "decode": 1.1})])
+    assert estimate.observations == 1
+    assert all(s.df <= 2 for s in estimate.spreads.values())
 
 
 def test_runs_that_did_other_work_are_not_pooled_with_the_rest():
@@ -162,7 +174,7 @@ def test_without_measured_noise_a_slowdown_is_not_confirmed_exit_6():
             "environment)") in text
     assert "`llmbench ab aaaaaaaa` for a paired verdict now" in text
     assert gate.summary_line(result).startswith(
-        "NOT CONFIRMED: 0 regression, 0 improvement, 2 unchanged, 0 inconclusive, "
+        "NOT CONFIRMED: 0 regression, 0 improvement, 0 unchanged, 2 inconclusive, "
         "2 not confirmed of 4")
 
 
@@ -183,8 +195,34 @@ def test_the_smallest_regression_a_stored_comparison_can_call_is_stated():
                 if x.startswith("noise between runs"))
     assert line.startswith("noise between runs: from 6 saved runs of 1 code (5 A/A "
                            "observations); a stored comparison calls a regression from x")
-    smallest = [b.smallest_regression for b in result.between.values()]
-    assert all(s > 1.10 * math.exp(0.10) for s in smallest)  # threshold and noise both
+    for key, between in result.between.items():
+        spread = result.noise.spreads[key]
+        q = scipy_stats.t.ppf(0.95, spread.df)  # the rule's 90% interval, one side each
+        assert between.smallest_regression == pytest.approx(
+            1.10 * math.exp(q * spread.sigma * math.sqrt(2)))
+
+
+def test_without_measured_noise_nothing_is_called_unchanged_either():
+    result = gate.compare_runs(_run(1), _run(2, B))
+    assert set(_verdicts(result).values()) == {Verdict.INCONCLUSIVE}
+    assert all("not measured yet" in c.reason for c in result.comparisons)
+
+
+def test_the_same_code_counts_no_verdict_anywhere():
+    result = gate.compare_runs(_run(1), _run(2, factors={"decode": 1.4}))
+    assert set(_verdicts(result).values()) == {Verdict.INCONCLUSIVE}
+    assert result.counts["regression"] == 0
+    assert all("is the machine's" in c.reason for c in result.comparisons)
+
+
+def test_an_external_server_names_no_code():
+    data = make_run(2)
+    data["commit_info"] = {"id": A, "dirty": False}
+    data["llmbench"]["server"] = {"url": "http://127.0.0.1:8091", "api": "openai"}
+    external = run_from_json(data, "external")
+    assert not same_code(_run(1), external)
+    assert "the candidate's server benchmarks measured http://127.0.0.1:8091" in (
+        code_differences(_run(1), external))
 
 
 def test_an_improvement_the_noise_cannot_prove_is_inconclusive_and_fails_nothing():
@@ -207,7 +245,7 @@ def test_a_significant_move_within_the_threshold_is_said_even_when_not_a_regress
     assert Verdict.REGRESSION not in _verdicts(result).values()
     text = gate.render_text(result)
     assert text.count("(slower by ") == 4, text
-    assert "4 significantly slower but not beyond the threshold" in gate.summary_line(result)
+    assert "4 significantly slower, not proven beyond the threshold" in gate.summary_line(result)
 
 
 def test_the_same_rules_reach_json_and_markdown():
@@ -269,28 +307,35 @@ def test_a_confirmed_slowdown_is_a_regression_judged_on_exactly_the_slower_bench
 def test_a_slowdown_the_ab_clears_passes(fake_ab):
     fake_ab(verdict=Verdict.UNCHANGED)
     result = confirm.confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
-    assert set(_verdicts(result).values()) == {Verdict.UNCHANGED}
+    assert {_verdicts(result)[k] for k in DECODE} == {Verdict.UNCHANGED}
     assert result.exit_code == EXIT_OK
     assert all(c.reason.startswith("paired A/B: ") for c in result.comparisons
                if c.name in DECODE)
 
 
-def test_a_slowdown_the_ab_cannot_decide_in_its_budget_stays_not_confirmed(fake_ab):
+def test_a_slowdown_the_ab_cannot_decide_in_its_budget_keeps_its_stored_verdict(fake_ab):
     fake_ab(verdict=Verdict.INCONCLUSIVE)
     result = confirm.confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
     assert {_verdicts(result)[k] for k in DECODE} == {Verdict.NOT_CONFIRMED}
     assert result.exit_code == EXIT_NOT_CONFIRMED
     assert result.confirmation["status"] == "ran"
+    beyond = gate.compare_runs(_run(1, QUIET_COMMIT), _run(2, B, factors={"decode": 1.4}),
+                               history=quiet_history())
+    assert confirm.confirm(beyond, pytest_args=[], budget_s=60).exit_code == EXIT_REGRESSION
 
 
-@pytest.mark.parametrize("baseline, budget, why", [
-    (_run(1, A, dirty=True), 60, "the baseline ran uncommitted changes on aaaaaaaa"),
-    (_run(1, None), 60, "the baseline run recorded no commit"),
-    (_run(1), None, "--no-confirm"),
+@pytest.mark.parametrize("baseline, candidate, budget, why", [
+    (_run(1, A, dirty=True), B, 60, "the baseline ran uncommitted changes on aaaaaaaa"),
+    (_run(1, None), B, 60, "the baseline run recorded no commit"),
+    (_run(1), B, None, "--no-confirm"),
+    (_run(1, injected={"decode_step": 0.1}), B, 60, "the baseline ran with an injected slowdown"),
+    (_run(1, versions={"torch": "2.12.0"}), A, 60,
+     "library versions differ (torch 2.12.0 -> 2.13.0+cpu): both sides of an A/B run"),
 ])
-def test_when_no_ab_can_run_it_says_why_and_stays_not_confirmed(fake_ab, baseline, budget, why):
+def test_when_no_ab_can_run_it_says_why_and_stays_not_confirmed(fake_ab, baseline, candidate,
+                                                                budget, why):
     fake = fake_ab(verdict=Verdict.REGRESSION)
-    stored = gate.compare_runs(baseline, _run(2, B, factors={"decode": 1.4}))
+    stored = gate.compare_runs(baseline, _run(2, candidate, factors={"decode": 1.4}))
     result = confirm.confirm(stored, pytest_args=[], budget_s=budget)
     assert fake.calls == []
     assert result.confirmation["status"] == "not run" and why in result.confirmation["why"]

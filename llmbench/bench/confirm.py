@@ -4,10 +4,13 @@ A stored comparison sees two runs minutes or days apart; a benchmark slower in t
 be the machine. When the two runs measured different code and the baseline's commit is in
 this repository, the suite's gate re-measures exactly those benchmarks as `llmbench ab` does:
 the baseline's commit in a temporary worktree against the working tree, one round each in
-turn, judged sequentially within `--confirm-budget`. The A/B's verdicts replace the stored
-ones (`gate.stored.settle`); one it cannot decide within the budget stays not confirmed. Where no A/B can run (no git, the commit is gone, the baseline
-ran uncommitted changes), the comparison says why and its slower benchmarks stay "not
-confirmed" (exit 6), neither a pass nor a regression.
+turn, judged sequentially within `--confirm-budget` (wall time, both sides' start included).
+The A/B's verdicts replace the stored ones (`gate.stored.settle`); one it cannot decide
+within the budget keeps its stored verdict. Where no A/B can reproduce the two runs (no git,
+the commit is gone, the baseline ran uncommitted changes or a slowdown injected on top, the
+library versions differ, an external server was measured), the comparison says why and its
+slower benchmarks keep their stored verdicts: "not confirmed" (exit 6), neither a pass nor a
+regression, unless already beyond the measured noise between runs.
 """
 
 from __future__ import annotations
@@ -33,19 +36,32 @@ def to_confirm(result: GateResult) -> list[str]:
 
 
 def why_not(result: GateResult) -> str | None:
-    """Why no paired A/B can reproduce the baseline's code; None when one can."""
-    code = runs.code_of(result.baseline)
-    if not code.commit:
+    """Why no paired A/B can reproduce what the two runs measured; None when one can. Both
+    sides of an A/B run the libraries installed now, so versions must be the same."""
+    base, cand = runs.code_of(result.baseline), runs.code_of(result.candidate)
+    if not base.commit:
         return "the baseline run recorded no commit (it was not run from a git checkout)"
-    if code.dirty:
-        return (f"the baseline ran uncommitted changes on {code.commit[:8]}, which no checkout "
+    if base.dirty:
+        return (f"the baseline ran uncommitted changes on {base.commit[:8]}, which no checkout "
                 "can reproduce")
+    if base.injected:
+        return "the baseline ran with an injected slowdown"
+    for code, side in ((base, "baseline"), (cand, "candidate")):
+        if code.external_server:
+            return (f"the {side}'s server benchmarks measured {code.external_server}, which "
+                    "no checkout reproduces")
+    if base.versions != cand.versions:
+        changed = [f"{k} {dict(base.versions).get(k)} -> {dict(cand.versions).get(k)}"
+                   for k in sorted(set(dict(base.versions)) | set(dict(cand.versions)))
+                   if dict(base.versions).get(k) != dict(cand.versions).get(k)]
+        return (f"library versions differ ({', '.join(changed)}): both sides of an A/B run "
+                "the versions installed now; A/B them in two environments by hand")
     return None
 
 
 def injected_args(run: runs.Run) -> list[str]:
     """The pytest arguments that inject the same slowdowns a run recorded."""
-    slowed = (run.injected or {}).get("slow_down") or {}
+    slowed = runs.injected_slowdowns(run)
     if not slowed:
         return []
     args = ["-p", "llmbench.bench.inject"]
@@ -75,10 +91,6 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     from llmbench.ab import run_ab  # git worktrees and worker processes: only now
 
     commit = result.baseline.commit_info["id"]
-    # Nothing of this run's own injection goes to the baseline: it ran its commit as is.
-    base_injection = injected_args(result.baseline)
-    if base_injection:
-        return _not_run(result, "the baseline ran with an injected slowdown", keys)
     if log is not None:
         # A line of its own: pytest's progress line may not have ended yet.
         print(f"\nllmbench: confirming {len(keys)} slower benchmark(s) by a paired A/B against "

@@ -19,7 +19,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     baseline, candidate = runs.load_run(args.baseline), runs.load_run(args.candidate)
     result = gate.compare_runs(baseline, candidate, gate_options(vars(args)),
-                               history=runs.saved_history(baseline))
+                               history=runs.saved_history(baseline, candidate))
     print(gate.render(result, args.format))
     return result.exit_code
 

@@ -1,7 +1,8 @@
 """Device, dtype and thread selection, device sync, and the memory probe.
 
 Everything that differs between CPU, CUDA and Apple MPS lives here, so that the engine and
-the benchmarks call one `sync()` and one `peak_memory_bytes()` whatever they run on.
+the benchmarks call one `sync()` and one `reset_peak_memory()`/`peak_memory()` pair whatever
+they run on.
 """
 
 from __future__ import annotations
@@ -106,62 +107,68 @@ def sync(device: torch.device | str) -> None:
 # so each case gets a peak of its own; elsewhere the CPU figure is the process's peak.
 _CLEAR_REFS = "/proc/self/clear_refs"
 _STATUS = "/proc/self/status"
-# The name each device's figure is recorded under: it says what the figure is.
-PER_CASE_PEAK = "peak_memory_bytes"  # the case's own peak (CUDA; CPU on Linux)
+# The names each device's figures are recorded under: each says what its figure is.
+PER_CASE_PEAK = "peak_memory_bytes"  # the peak during the case's rounds (CUDA; CPU on Linux)
+PER_CASE_ADDED = "peak_memory_added_bytes"  # that peak above what was in use when they began
 PROCESS_PEAK = "process_peak_memory_bytes"  # the process's peak so far: order-dependent
 ALLOCATED_NOW = "allocated_memory_bytes"  # MPS keeps no peak: allocated at the case's end
 
 
-def reset_peak_memory(device: torch.device | str) -> bool:
-    """Start a new peak-memory window for the next case; whether the device has one (CUDA,
-    and the CPU on Linux)."""
-    kind = torch.device(device).type
-    if kind == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return True
-    if kind == "cpu":
-        try:
-            with open(_CLEAR_REFS, "w", encoding="ascii") as fh:
-                fh.write("5")
-            return True
-        except OSError:  # not Linux, or a kernel that refuses it
-            return False
-    return False
-
-
-def _vm_hwm_bytes() -> int | None:
+def _status_bytes(field: str) -> int | None:
+    """A `VmXXX:` line of /proc/self/status, in bytes; None where there is none."""
     try:
         with open(_STATUS, encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("VmHWM:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024  # kB
     except (OSError, ValueError, IndexError):
         return None
     return None
 
 
-def peak_memory(device: torch.device | str, windowed: bool) -> tuple[str, int]:
-    """(the figure's name, bytes): since the last `reset_peak_memory` when it returned
-    True (`windowed`), else what the device can tell, named for what it is."""
+def reset_peak_memory(device: torch.device | str) -> int | None:
+    """Start a new peak-memory window for the next case: the bytes in use as it starts, or
+    None where the device has no window (MPS; a CPU outside Linux)."""
     kind = torch.device(device).type
     if kind == "cuda":
-        return PER_CASE_PEAK, int(torch.cuda.max_memory_allocated(device))
-    if kind == "mps":
-        return ALLOCATED_NOW, int(torch.mps.current_allocated_memory())
+        torch.cuda.reset_peak_memory_stats(device)
+        return int(torch.cuda.memory_allocated(device))
     if kind == "cpu":
-        hwm = _vm_hwm_bytes() if windowed else None
-        if hwm is not None:
-            return PER_CASE_PEAK, hwm
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        # ru_maxrss is in KiB on Linux and in bytes on macOS.
-        return PROCESS_PEAK, int(peak if sys.platform == "darwin" else peak * 1024)
-    raise ValueError(f"no memory probe defined for device type {kind!r}")
+        try:
+            with open(_CLEAR_REFS, "w", encoding="ascii") as fh:
+                fh.write("5")
+        except OSError:  # not Linux, or a kernel that refuses it
+            return None
+        return _status_bytes("VmRSS")
+    return None
+
+
+def peak_memory(device: torch.device | str, start: int | None) -> dict[str, int]:
+    """The memory figures of a case whose window `reset_peak_memory` opened (`start`: what
+    it returned), each under the name that says what it is (see the constants above)."""
+    kind = torch.device(device).type
+    if kind == "mps":
+        return {ALLOCATED_NOW: int(torch.mps.current_allocated_memory())}
+    if kind == "cuda":
+        peak = int(torch.cuda.max_memory_allocated(device))
+    elif kind == "cpu":
+        peak = _status_bytes("VmHWM") if start is not None else None
+        if peak is None:
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            # ru_maxrss is in KiB on Linux and in bytes on macOS.
+            return {PROCESS_PEAK: int(rss if sys.platform == "darwin" else rss * 1024)}
+    else:
+        raise ValueError(f"no memory probe defined for device type {kind!r}")
+    figures = {PER_CASE_PEAK: peak}
+    if start is not None:
+        figures[PER_CASE_ADDED] = max(0, peak - start)
+    return figures
 
 
 def peak_memory_bytes(device: torch.device | str) -> int:
-    """The process's peak on CPU (never reset: see `peak_memory` for a case's own), the
-    peak allocated on CUDA, allocated now on MPS."""
-    return peak_memory(device, windowed=False)[1]
+    """The process's peak on CPU (see `peak_memory` for a case's own), the peak allocated on
+    CUDA, allocated now on MPS."""
+    return next(iter(peak_memory(device, None).values()))
 
 
 def _cpu_model_name() -> str:

@@ -314,7 +314,14 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
     between = between_noise.between_runs({c.name: c.ratio for c in comparisons}, estimate.spreads,
                                  {c.name: c.threshold for c in comparisons}, rule.confidence)
     confirmation = None
-    if code:
+    if not code:
+        # The same code: no verdict on it. The rounds' verdicts would read as claims about
+        # the code in counts, tables and plots, so each says it is the machine's.
+        comparisons = tuple(dataclasses.replace(
+            c, verdict=stats.Verdict.INCONCLUSIVE, rounds_needed=None,
+            reason=f"same code in both runs: x{c.ratio:.3f} is the machine's")
+            for c in comparisons)
+    else:
         comparisons = stored.stored_verdicts(comparisons, between, options.alpha)
         # The suite's gate confirmed this very pair by a paired A/B when it ran: the same
         # verdicts again, not the stored runs' alone.

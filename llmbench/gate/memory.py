@@ -1,13 +1,15 @@
 """Peak memory compared: a figure that can regress, with a threshold of its own.
 
-Each case records the peak memory of its own rounds (`extra_info["peak_memory_bytes"]`: the
-process's resident high-water mark reset before the case on Linux CPUs, the peak allocated
-on CUDA). Unlike time it hardly moves with the machine's load, so one stored pair can judge
-it: a case whose peak grew by more than the memory threshold (default 10%) and by more than
-`FLOOR_BYTES` (page-level noise of a small case) is "more memory", and fails the gate.
-Figures that are not a case's own peak (`process_peak_memory_bytes`, a never-reset mark
-that depends on which case ran before; MPS's `allocated_memory_bytes`), and runs saved
-before the figure was per case (run format 1), are shown as not comparable, never judged.
+Each case records the peak memory of its own rounds above what was in use when they began
+(`extra_info["peak_memory_added_bytes"]`: the resident high-water mark, reset before the
+case, less the resident set at the reset on Linux CPUs; on CUDA the peak allocated less the
+allocated). That is what the case itself needs, whatever earlier cases left resident. Unlike
+time it hardly moves with the machine's load, so one stored pair can judge it: a case whose
+figure grew by more than the memory threshold (default 10%) and by more than `FLOOR_BYTES`
+(allocator and page-level noise) is "more memory", and fails the gate. Figures that are not
+a case's own (`process_peak_memory_bytes`, a never-reset mark that depends on which case ran
+before; MPS's `allocated_memory_bytes`), and runs saved before the figure was recorded (run
+format 1), are shown as not comparable, never judged.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from enum import Enum
 
 DEFAULT_MEMORY_THRESHOLD = 0.10
 FLOOR_BYTES = 16 << 20
-PER_CASE = "peak_memory_bytes"
-FIRST_PER_CASE_FORMAT = 2  # runs of format 1 recorded the process's peak under PER_CASE
+# The name `llmbench.engine.device` records the figure under (the gate imports no engine).
+PER_CASE = "peak_memory_added_bytes"
+FIRST_PER_CASE_FORMAT = 2  # runs of format 1 recorded only the process's peak
 
 
 class MemoryStatus(Enum):
@@ -42,19 +45,20 @@ class MemoryFinding:
 
     def describe(self) -> str:
         if self.baseline_bytes is None or self.candidate_bytes is None:
-            return "no per-case peak in both runs"
-        ratio = self.candidate_bytes / self.baseline_bytes
+            return "no per-case figure in both runs"
+        change = (f" ({self.candidate_bytes / self.baseline_bytes - 1:+.1%})"
+                  if self.baseline_bytes else "")
         return (f"{self.baseline_bytes / 2**20:.0f} MiB -> {self.candidate_bytes / 2**20:.0f} "
-                f"MiB ({ratio - 1:+.1%})")
+                f"MiB above the case's start{change}")
 
 
 def judge_memory(name: str, baseline: Mapping, candidate: Mapping, threshold: float
                  ) -> MemoryFinding:
     """One case's per-case peaks (`extra_info`s of both runs) against the threshold."""
     b, c = baseline.get(PER_CASE), candidate.get(PER_CASE)
-    if not (isinstance(b, int) and isinstance(c, int) and b > 0 and c > 0):
+    if not (isinstance(b, int) and isinstance(c, int) and b >= 0 and c >= 0):
         return MemoryFinding(name, MemoryStatus.NOT_COMPARABLE)
-    if c > b * (1 + threshold) and c - b > FLOOR_BYTES:
+    if c > b * (1 + threshold) and c - b > FLOOR_BYTES:  # b may be 0: then the floor decides
         status = MemoryStatus.MORE
     elif b > c * (1 + threshold) and b - c > FLOOR_BYTES:
         status = MemoryStatus.LESS

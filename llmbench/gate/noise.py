@@ -19,7 +19,8 @@ noise between runs, and that noise is measured here, never assumed:
   methods for assessing differential expression", as limma's `squeezeVar`): with a prior
   of d0 degrees of freedom at s0^2, a benchmark's s^2 on d df becomes
   (d0 s0^2 + d s^2) / (d0 + d) on d0 + d df. Benchmarks that disagree get small d0 and keep
-  their own spread.
+  their own spread. d0 is capped at the number of A/A observations: one run's drift moves
+  every benchmark at once, so their variances are not independent estimates.
 - The test (`between_runs`): the candidate's log median minus the baseline's, over
   sigma * sqrt(2) (each run is one draw around its code's level), against Student's t on
   the moderated df: a two-sided p (Holm over the run, as the rounds' test) and an interval
@@ -76,7 +77,8 @@ class Between:
     p_adjusted: float  # Holm over the run
     ci_low: float
     ci_high: float
-    smallest_regression: float  # the least ratio a stored comparison could call a regression
+    # The least ratio whose interval clears 1 + delta (Holm's step may ask for more).
+    smallest_regression: float
 
 
 def pooled_spread(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
@@ -167,6 +169,10 @@ def estimate_noise(history: Sequence[Run]) -> NoiseEstimate:
     if not own:
         return NoiseEstimate()
     s0_2, d0 = fit_prior([s ** 2 for s, _ in own.values()], [d for _, d in own.values()])
+    # The benchmarks' variances are not independent estimates: a run's drift moves all of
+    # them at once, so they agree more than their own df say. The prior is worth at most
+    # as many degrees of freedom as there are A/A observations.
+    d0 = min(d0, sum(len(group) - 1 for group in repeated))
     spreads = {}
     for key, (sigma, df) in own.items():
         s2, total_df = _moderated(sigma ** 2, df, s0_2, d0)

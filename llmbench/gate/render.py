@@ -36,20 +36,19 @@ def _interval(low: float, high: float) -> str:
 
 
 def significant_shift(result: GateResult, c: stats.Comparison) -> str | None:
-    """'slower by 7-10%' when a benchmark that is neither a regression nor an improvement
-    still moved significantly (its interval excludes 1: within the threshold, or straddling
-    it); None otherwise. A stored comparison says so only against the noise between runs."""
-    if c.verdict in (stats.Verdict.REGRESSION, stats.Verdict.IMPROVEMENT) or result.same_code:
+    """'slower by 7%-10%' when a benchmark that is unchanged or inconclusive still moved
+    significantly (its interval excludes 1: within the threshold, or straddling it); None
+    otherwise. A stored comparison says so only where the rounds and the noise between runs
+    both exclude 1 the same way, and gives the interval against the noise between runs."""
+    if c.verdict not in (stats.Verdict.UNCHANGED, stats.Verdict.INCONCLUSIVE) or result.same_code:
         return None
     low, high = c.ci_low, c.ci_high
     if result.code is not None and not c.n_pairs:
-        # Stored runs: the rounds are not enough, and the noise between runs alone assumes
-        # runs like the history's; both must exclude 1, the same way.
         between = result.between.get(c.name)
-        if between is None or (low > 1) != (between.ci_low > 1) or (
-                high < 1) != (between.ci_high < 1):
+        if between is None or not ((low > 1 and between.ci_low > 1)
+                                   or (high < 1 and between.ci_high < 1)):
             return None
-        low, high = max(low, between.ci_low), min(high, between.ci_high)
+        low, high = between.ci_low, between.ci_high
     if low > 1:
         return f"slower by {low - 1:.0%}-{high - 1:.0%}" if math.isfinite(high) else None
     if high < 1:
@@ -270,7 +269,7 @@ def summary_line(result: GateResult) -> str:
     slower = [c for c in result.comparisons
               if (shift := significant_shift(result, c)) and shift.startswith("slower")]
     if slower:
-        line += (f"; {len(slower)} significantly slower but not beyond the threshold "
+        line += (f"; {len(slower)} significantly slower, not proven beyond the threshold "
                  f"({_listed([result.labels[c.name] for c in slower], 3)})")
     if not_confirmed:
         line += (" (not confirmed is not a pass: slower in these two runs, not proven beyond "

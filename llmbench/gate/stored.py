@@ -10,8 +10,9 @@ The rounds' verdicts (`stats.compare_family`) are kept only where the noise betw
   measured yet). A paired A/B of the two commits (`confirm`) decides it; its verdict replaces
   the stored one.
 - improvement: likewise, else inconclusive (an unproven improvement fails nothing).
-- unchanged: on the rounds, and, where the noise between runs is measured, its interval
-  within [1 / (1 + delta), 1 + delta]; else inconclusive.
+- unchanged: on the rounds, and the noise between runs measured, with its interval within
+  [1 / (1 + delta), 1 + delta]; else inconclusive (unmeasured noise proves nothing either
+  way, so saving more runs never makes a verdict weaker).
 - inconclusive stays inconclusive.
 
 Runs of the same code (`runs.same_code`) get no verdict at all: every difference is the
@@ -58,7 +59,12 @@ def stored_verdict(c: Comparison, b: Between | None, alpha: float) -> Comparison
                else f"not beyond the noise between runs ({_between_words(b)})")
         return dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None,
                                    reason=f"faster on this run's rounds, but {why}")
-    if c.verdict is Verdict.UNCHANGED and b is not None and not down <= b.ci_low <= b.ci_high <= up:
+    if c.verdict is Verdict.UNCHANGED and b is None:
+        return dataclasses.replace(
+            c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None,
+            reason=f"within +/-{c.threshold:.0%} on this run's rounds, but the noise between "
+                   "runs is not measured yet")
+    if c.verdict is Verdict.UNCHANGED and not down <= b.ci_low <= b.ci_high <= up:
         return dataclasses.replace(
             c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None,
             reason=f"within +/-{c.threshold:.0%} on this run's rounds, but separate runs of one "
@@ -71,26 +77,25 @@ def stored_verdicts(comparisons: Sequence[Comparison], between: Mapping[str, Bet
     return tuple(stored_verdict(c, between.get(c.name), alpha) for c in comparisons)
 
 
-def candidates(comparisons: Sequence[Comparison]) -> list[str]:
-    """The benchmarks a paired A/B should settle: slower on the rounds, not confirmed."""
-    return [c.name for c in comparisons if c.verdict is Verdict.NOT_CONFIRMED]
-
-
-def settle(comparisons: Sequence[Comparison], paired: Mapping[str, Comparison]
-           ) -> tuple[Comparison, ...]:
-    """The stored verdicts with each slower benchmark a paired A/B judged replaced by its
-    verdict. One the A/B could not decide within its budget stays not confirmed: the stored
-    runs found it slower and nothing has cleared it."""
+def settle(comparisons: Sequence[Comparison], paired: Mapping[str, Comparison], *,
+           slower_only: bool = True) -> tuple[Comparison, ...]:
+    """The stored verdicts with each benchmark a paired A/B judged replaced by its verdict
+    (`slower_only`: only those the stored runs found slower, the ones the A/B was run for).
+    One the A/B could not decide within its budget keeps its stored verdict: nothing has
+    cleared it, nor added to what the stored runs showed."""
     out = []
     for c in comparisons:
         ab = paired.get(c.name)
-        if ab is None or c.verdict not in (Verdict.REGRESSION, Verdict.NOT_CONFIRMED):
+        if ab is None or (slower_only and c.verdict not in (Verdict.REGRESSION,
+                                                            Verdict.NOT_CONFIRMED)):
             out.append(c)
             continue
-        verdict = Verdict.NOT_CONFIRMED if ab.verdict is Verdict.INCONCLUSIVE else ab.verdict
+        if ab.verdict is Verdict.INCONCLUSIVE:
+            out.append(dataclasses.replace(
+                c, reason=f"{c.reason}; the paired A/B could not decide it: {ab.reason}"))
+            continue
         out.append(dataclasses.replace(
-            ab, verdict=verdict,
-            reason=f"paired A/B: {ab.reason} (stored runs: x{c.ratio:.3f}, {c.verdict})"))
+            ab, reason=f"paired A/B: {ab.reason} (stored runs: x{c.ratio:.3f}, {c.verdict})"))
     return tuple(out)
 
 
@@ -130,4 +135,6 @@ def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping
     if recorded.get("status") != "ran":
         return tuple(comparisons)
     judged = [comparison_from_json(d) for d in recorded.get("comparisons") or ()]
-    return settle(comparisons, {c.name: c for c in judged})
+    # Every benchmark the A/B judged, whatever the stored verdict is now: the history (and so
+    # the noise between runs) may have grown since, and the A/B's verdict is the one given.
+    return settle(comparisons, {c.name: c for c in judged}, slower_only=False)

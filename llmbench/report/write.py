@@ -36,7 +36,8 @@ def load_run(path: str | os.PathLike, *, samples: bool = False) -> runs.Run:
 def compare(baseline: runs.Run, candidate: runs.Run, options: gate.GateOptions | None = None
             ) -> gate.GateResult:
     """The gate's verdicts on every benchmark both runs hold (UserError if they can't be)."""
-    return gate.compare_runs(baseline, candidate, options, history=runs.saved_history(baseline))
+    return gate.compare_runs(baseline, candidate, options,
+                             history=runs.saved_history(baseline, candidate))
 
 
 def latest_baseline(run_path: str | os.PathLike) -> Path:

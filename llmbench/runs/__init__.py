@@ -7,7 +7,7 @@ package's API; everything that reads or writes a run goes through them.
 May import: `llmbench.errors` only.
 """
 
-from llmbench.runs.code import Code, code_differences, code_of, same_code
+from llmbench.runs.code import Code, code_differences, code_of, injected_slowdowns, same_code
 from llmbench.runs.environment import (
     FIELD_DEFAULTS,
     MATCHED_FIELDS,
@@ -51,8 +51,8 @@ __all__ = [
     "BASELINES_DIR", "Benchmark", "Code", "EnvironmentMismatch", "FIELD_DEFAULTS",
     "FORMAT_VERSION", "LATEST", "MATCHED_FIELDS", "NoBaseline", "Run", "RunError",
     "code_differences", "code_of", "environment_differences", "environment_key",
-    "environment_runs", "is_number", "is_same_run", "latest_comparable", "latest_run",
-    "library_versions", "list_runs", "load_run", "median", "pool_runs", "read_json", "resolve_run",
-    "run_from_json", "run_number", "same_code", "save_numbered", "saved_history", "strip_volatile",
-    "version_differences", "write_atomic", "write_new_json",
+    "environment_runs", "injected_slowdowns", "is_number", "is_same_run", "latest_comparable",
+    "latest_run", "library_versions", "list_runs", "load_run", "median", "pool_runs", "read_json",
+    "resolve_run", "run_from_json", "run_number", "same_code", "save_numbered", "saved_history",
+    "strip_volatile", "version_differences", "write_atomic", "write_new_json",
 ]

@@ -1,11 +1,13 @@
 """What code a run measured, and whether two runs measured the same code.
 
 Two runs measured the same code when both ran one commit from a clean tree (pytest-benchmark's
-`commit_info`: `git describe --dirty`), under the same library versions, with nothing injected
-on top (`llmbench.bench.inject`). Any difference between two such runs is the machine's: the
-gate then gives no verdict on the code, and the pair is an observation of how far apart two
-runs of one environment land (`llmbench.gate.noise`). A run without git, from a dirty tree or
-without recorded versions has no known code: it is never "the same" as another.
+`commit_info`: `git describe --dirty`), under the same library versions, with the same
+slowdowns injected on top (`llmbench.bench.inject`). Any difference between two such runs is
+the machine's: the gate then gives no verdict on the code, and the pair is an observation of
+how far apart two runs of one environment land (`llmbench.gate.noise`). A run without git,
+from a dirty tree, without recorded versions, or whose server benchmarks measured an external
+server (`--server-url`: code no commit of ours names) has no known code: it is never "the
+same" as another.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ class Code:
     dirty: bool  # uncommitted changes to tracked files
     versions: tuple[tuple[str, str], ...]  # library versions, sorted by package
     injected: tuple[tuple[str, float], ...]  # injected slowdowns, sorted by function
+    external_server: str | None = None  # the URL the server benchmarks measured, if not ours
 
     @property
     def is_known(self) -> bool:
         """Whether the run's code can be named exactly: a commit, a clean tree, versions
-        recorded (what was injected on top is part of the name)."""
-        return bool(self.commit) and not self.dirty and bool(self.versions)
+        recorded, no external server (what was injected on top is part of the name)."""
+        return (bool(self.commit) and not self.dirty and bool(self.versions)
+                and self.external_server is None)
 
     @property
     def short(self) -> str:
@@ -43,16 +47,23 @@ class Code:
                 + "".join(f"+slow {name} x{1 + factor:g}" for name, factor in self.injected))
 
 
+def injected_slowdowns(run: Run) -> dict[str, float]:
+    """The slowdowns a run recorded as injected, by engine function ({} for none)."""
+    slowed = (run.injected or {}).get("slow_down") or {}
+    return ({str(k): float(v) for k, v in slowed.items()} if isinstance(slowed, Mapping)
+            else {})
+
+
 def code_of(run: Run) -> Code:
     commit = str(run.commit_info.get("id") or "")
     versions = (run.environment or {}).get("versions") or {}
-    slowed = (run.injected or {}).get("slow_down") or {}
+    server = run.info.get("server") if isinstance(run.info.get("server"), Mapping) else None
     return Code(commit=None if commit in _NO_COMMIT else commit,
                 dirty=bool(run.commit_info.get("dirty")),
                 versions=tuple(sorted((str(k), str(v)) for k, v in versions.items()))
                 if isinstance(versions, Mapping) else (),
-                injected=tuple(sorted((str(k), float(v)) for k, v in slowed.items()))
-                if isinstance(slowed, Mapping) else ())
+                injected=tuple(sorted(injected_slowdowns(run).items())),
+                external_server=str(server.get("url")) if server else None)
 
 
 def same_code(a: Run, b: Run) -> bool:
@@ -74,6 +85,8 @@ def code_differences(baseline: Run, candidate: Run) -> list[str]:
             out.append(f"the {side} recorded no commit")
         elif code.dirty:
             out.append(f"the {side} ran uncommitted changes")
+        if code.external_server:
+            out.append(f"the {side}'s server benchmarks measured {code.external_server}")
         if not code.versions:
             out.append(f"the {side} recorded no library versions")
     va, vb = dict(a.versions), dict(b.versions)

@@ -176,12 +176,14 @@ def environment_runs(folder: str | os.PathLike, environment: Mapping | None,
     return found
 
 
-def saved_history(baseline: Run) -> list[Run]:
+def saved_history(baseline: Run, candidate: Run | None = None) -> list[Run]:
     """The saved runs of a baseline's environment in its folder, where a stored comparison
-    learns the noise between runs; [] for a run that was never saved."""
+    learns the noise between runs; [] for a run that was never saved. The candidate is left
+    out: it is what is being judged (and was not saved yet when the suite judged it)."""
     if baseline.path is None:
         return []
-    return environment_runs(baseline.path.parent, baseline.environment)
+    exclude = [candidate.path] if candidate is not None and candidate.path else []
+    return environment_runs(baseline.path.parent, baseline.environment, exclude=exclude)
 
 
 def latest_comparable(folder: str | os.PathLike, environment: Mapping | None,
