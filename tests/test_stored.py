@@ -260,10 +260,12 @@ def test_the_same_rules_reach_json_and_markdown():
 # --- Confirmation: a paired A/B settles the stored verdicts ---------------------------------
 
 class FakeAB:
-    """Stands for `llmbench.ab.run_ab`: records its call, returns paired verdicts."""
+    """Stands for `llmbench.ab.run_ab`: records its call, returns paired verdicts (with
+    `ci`, that interval)."""
 
-    def __init__(self, verdict: Verdict | None = None, error: str | None = None):
-        self.verdict, self.error, self.calls = verdict, error, []
+    def __init__(self, verdict: Verdict | None = None, error: str | None = None,
+                 ci: tuple[float, float] = (1.2, 1.6)):
+        self.verdict, self.error, self.ci, self.calls = verdict, error, ci, []
 
     def __call__(self, rev, **kw):
         self.calls.append((rev, kw))
@@ -273,7 +275,8 @@ class FakeAB:
         import dataclasses
 
         keys = [k for k in kw["pytest_args"] if "::" in k]
-        paired = tuple(dataclasses.replace(c, verdict=self.verdict, reason="paired", n_pairs=20)
+        paired = tuple(dataclasses.replace(c, verdict=self.verdict, reason="paired", n_pairs=20,
+                                           ci_low=self.ci[0], ci_high=self.ci[1])
                        for c in stored.comparisons if c.name in keys)
         return dataclasses.replace(stored, comparisons=paired, code=None)
 
@@ -322,6 +325,17 @@ def test_a_slowdown_the_ab_cannot_decide_in_its_budget_keeps_its_stored_verdict(
     beyond = gate.compare_runs(_run(1, QUIET_COMMIT), _run(2, B, factors={"decode": 1.4}),
                                history=quiet_history())
     assert confirm.confirm(beyond, pytest_args=[], budget_s=60).exit_code == EXIT_REGRESSION
+
+
+def test_an_undecided_ab_that_rules_out_a_regression_clears_it(fake_ab):
+    """Between unchanged and faster, undecided: its interval, below 1 + delta, still rules
+    out the stored runs' claim."""
+    fake_ab(verdict=Verdict.INCONCLUSIVE, ci=(0.90, 1.04))
+    result = confirm.confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
+    assert {_verdicts(result)[k] for k in DECODE} == {Verdict.INCONCLUSIVE}
+    assert result.exit_code == EXIT_OK
+    assert all("not slower beyond +10% (CI high 1.040)" in c.reason
+               for c in result.comparisons if c.name in DECODE)
 
 
 @pytest.mark.parametrize("baseline, candidate, budget, why", [

@@ -81,14 +81,23 @@ def settle(comparisons: Sequence[Comparison], paired: Mapping[str, Comparison], 
            slower_only: bool = True) -> tuple[Comparison, ...]:
     """The stored verdicts with each benchmark a paired A/B judged replaced by its verdict
     (`slower_only`: only those the stored runs found slower, the ones the A/B was run for).
-    One the A/B could not decide within its budget keeps its stored verdict: nothing has
-    cleared it, nor added to what the stored runs showed."""
+    One the A/B left inconclusive is cleared when its interval still rules out a regression
+    (it lies below 1 + delta), and otherwise keeps its stored verdict: nothing has cleared
+    it, nor added to what the stored runs showed."""
     out = []
     for c in comparisons:
         ab = paired.get(c.name)
         if ab is None or (slower_only and c.verdict not in (Verdict.REGRESSION,
                                                             Verdict.NOT_CONFIRMED)):
             out.append(c)
+            continue
+        if ab.verdict is Verdict.INCONCLUSIVE and ab.ci_high < 1 + ab.threshold:
+            # Undecided between unchanged and faster, but its interval rules out the one
+            # claim the stored runs made: slower beyond the threshold. Cleared.
+            out.append(dataclasses.replace(
+                ab, reason=f"paired A/B: not slower beyond +{ab.threshold:.0%} (CI high "
+                           f"{ab.ci_high:.3f}); {ab.reason} (stored runs: x{c.ratio:.3f}, "
+                           f"{c.verdict})"))
             continue
         if ab.verdict is Verdict.INCONCLUSIVE:
             out.append(dataclasses.replace(
