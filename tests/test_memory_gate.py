@@ -1,5 +1,5 @@
 """Peak memory judged as a figure that can regress: what each case's rounds needed above what
-was in use when they began, with its own threshold (10% by default, and more than 16 MiB),
+was in use when they began, with its own threshold (10% by default, and more than 128 MiB),
 never across runs that recorded another figure."""
 
 from __future__ import annotations
@@ -32,26 +32,27 @@ def _compare(base, cand, **options):
 
 
 def test_a_case_with_15_percent_more_peak_memory_fails_the_gate():
-    base = _run(1, "a" * 40, {DECODE_16: 400 * MIB})
-    cand = _run(2, "b" * 40, {DECODE_16: 460 * MIB})
+    base = _run(1, "a" * 40, {DECODE_16: 1000 * MIB})
+    cand = _run(2, "b" * 40, {DECODE_16: 1150 * MIB})
     result = _compare(base, cand)
     (more,) = result.memory_regressions
     assert more.name == DECODE_16 and more.status is MemoryStatus.MORE
     assert result.exit_code == EXIT_REGRESSION
     text = gate.render_text(result)
-    assert ("memory: test_decode_steps[ctx=16]: more memory: 400 MiB -> 460 MiB above the "
+    assert ("memory: test_decode_steps[ctx=16]: more memory: 1000 MiB -> 1150 MiB above the "
             "case's start (+15.0%) (fails the gate)") in text
     assert gate.summary_line(result).startswith("REGRESSION: 0 regression")
     assert "1 with more peak memory" in gate.summary_line(result)
     assert json.loads(gate.render(result, "json"))["memory_regressions"] == [DECODE_16]
 
 
-def test_its_own_threshold_and_a_floor_for_small_cases():
-    base = _run(1, "a" * 40, {DECODE_16: 400 * MIB})
-    assert _compare(base, _run(2, "b" * 40, {DECODE_16: 460 * MIB}),
+def test_its_own_threshold_and_a_floor_for_allocator_noise():
+    base = _run(1, "a" * 40, {DECODE_16: 1000 * MIB})
+    assert _compare(base, _run(2, "b" * 40, {DECODE_16: 1150 * MIB}),
                     memory_threshold=0.2).exit_code == EXIT_OK
-    small = _run(1, "a" * 40, {k: 20 * MIB for k in base.benchmarks})
-    grown = _run(2, "b" * 40, {k: 30 * MIB for k in base.benchmarks})  # +50%, but 10 MiB
+    # Two runs of one commit saw a server case add 11 and 68 MiB: +518%, but allocator noise.
+    small = _run(1, "a" * 40, {k: 11 * MIB for k in base.benchmarks})
+    grown = _run(2, "b" * 40, {k: 68 * MIB for k in base.benchmarks})
     assert {f.status for f in _compare(small, grown).memory} == {MemoryStatus.SAME}
 
 
@@ -75,9 +76,9 @@ def test_figures_that_are_not_a_case_s_own_peak_are_never_judged(baseline):
 
 def test_the_same_code_shows_a_memory_move_without_failing():
     base = _run(1, "a" * 40, {DECODE_16: 400 * MIB})
-    result = gate.compare_runs(base, _run(2, "a" * 40, {DECODE_16: 500 * MIB}))
+    result = gate.compare_runs(base, _run(2, "a" * 40, {DECODE_16: 600 * MIB}))
     assert result.same_code and result.exit_code == EXIT_OK
-    assert "more memory: 400 MiB -> 500 MiB above the case's start" in gate.render_text(result)
+    assert "more memory: 400 MiB -> 600 MiB above the case's start" in gate.render_text(result)
 
 
 def test_the_threshold_is_a_flag_of_compare(tmp_path, capsys):

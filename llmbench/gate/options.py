@@ -79,7 +79,7 @@ WORK_THRESHOLD = Flag(
 MEMORY_THRESHOLD = Flag(
     "--memory-threshold", default=DEFAULT_MEMORY_THRESHOLD, metavar="PCT",
     type=parsed_by(parse_fraction, "pct"),
-    help="a case whose own peak memory grows by more than this (and by more than 16 MiB) "
+    help="a case whose own peak memory grows by more than this (and by more than 128 MiB) "
          "fails the gate. Default: 10%%")
 NO_WORK_GATE = Flag(
     "--no-work-gate", default=True, action="store_false", field="work_gate",
