@@ -7,9 +7,10 @@ allocated). That is what the case itself needs, whatever earlier cases left resi
 time it hardly moves with the machine's load, so one stored pair can judge it: a case whose
 figure grew by more than the memory threshold (default 10%) and by more than `FLOOR_BYTES`
 (allocator noise, which reaches tens of MiB in the server cases) is "more memory", and
-fails the gate. Figures that are not a case's own (`process_peak_memory_bytes`, a never-reset mark that depends on which case ran
-before; MPS's `allocated_memory_bytes`), and runs saved before the figure was recorded (run
-format 1), are shown as not comparable, never judged.
+fails the gate. Figures that are not a case's own (`process_peak_memory_bytes`, a
+never-reset mark that depends on which case ran before; MPS's `allocated_memory_bytes`),
+and runs saved before the figure was recorded (run format 1), are shown as not comparable,
+never judged.
 """
 
 from __future__ import annotations
