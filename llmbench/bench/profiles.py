@@ -72,7 +72,7 @@ PROFILES = {
         input_sweep_new_tokens=16, chat_passage_tokens=256, kv_prompt_tokens=64,
         kv_new_tokens=16, prefill_lengths=(32, 128, 512), decode_contexts=(16, 128),
         decode_steps=10, batch_sizes=(1, 2, 4, 8), batch_prompt_tokens=64, batch_new_tokens=16,
-        # What keeps the suite within 10 minutes on a 2-core CPU that decodes at ~50 ms/token
+        # What keeps the suite within 10 minutes on a 2-core CPU (timings: the README)
         # (full runs all of it): the engines group at batch 1 only, without the eager-
         # attention and the uncompiled static-cache `generate` variants; server concurrency
         # 1 and 8, not 4; 16 new tokens for the input sweep and the server's requests (what
