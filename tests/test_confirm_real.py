@@ -77,9 +77,12 @@ def test_a_planted_2x_decode_slowdown_is_confirmed_on_decode_only(baseline, tmp_
     assert proc.returncode == 1, out[-4000:]
     confirmation = saved["confirmation"]
     assert confirmation["status"] == "ran", confirmation
-    assert DECODE in confirmation["benchmarks"] and PREFILL not in confirmation["benchmarks"]
+    assert DECODE in confirmation["benchmarks"]
     verdicts = {c["name"]: c["verdict"] for c in confirmation["comparisons"]}
     assert verdicts[DECODE] == "regression"
+    # Prefill was not slowed: beside other tests the stored runs may call it slower, and then
+    # the A/B must not.
+    assert verdicts.get(PREFILL) != "regression"
     assert saved["verdict"]["counts"]["regression"] == 1
     assert "confirmed by a paired A/B against" in out
 
