@@ -1,9 +1,10 @@
 """Change points in a benchmark's history, and the newest run's verdict against its level.
 
 Everything works on the log of each run's median, so a shift is a ratio whatever the
-benchmark's scale, and the run is the unit: separate runs of the same code spread 14-20%
-on a shared machine, far more than rounds inside one run, so testing rounds would claim
-shifts that are only runs.
+benchmark's scale, and the run is the unit: separate runs of the same code spread far
+more on a shared machine than rounds inside one run do (figures:
+docs/measurements/2026-11-29-stored-and-block-ab.md), so testing rounds would claim shifts
+that are only runs.
 
 1. Candidates come from ruptures' PELT with a least-squares cost (shifts in the mean of
    the log medians), each segment at least `MIN_SEGMENT` runs, at a BIC-like penalty of

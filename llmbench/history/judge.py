@@ -43,6 +43,15 @@ class SeriesResult:
             return None
         return math.exp(self.moves[-1] - sum(level) / len(level))
 
+    def measured(self) -> tuple[float | None, float | None, float | None]:
+        """The newest run's ratio to its level and the prediction interval, as measured: the
+        verdict was reached without the machine's share, so all three move by that share."""
+        v, share = self.newest, self.machine_ratio() or 1.0
+        if v.ratio is None:
+            return None, None, None
+        return (v.ratio * share, v.low * share if v.low is not None else None,
+                v.high * share if v.high is not None else None)
+
     def shift_run(self, shift: Shift) -> int:
         return self.series.points[shift.index].run
 

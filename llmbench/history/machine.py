@@ -1,11 +1,12 @@
 """The machine's share of a history: how far each run moved with the other benchmarks.
 
 A shared machine speeds up and slows down over hours, and every benchmark feels it at once.
-In 24 unchanged smollm2-135m runs saved over 90 minutes on a 2-core VM, the benchmarks' run
-effects correlated 0.6-0.9 and all of them drifted up to 1.3x together: judged one series
-at a time, 11 of 13 twelve-run windows showed a change point. A change of code, by contrast,
-usually moves some benchmarks and leaves others alone, and never moves the control workload
-(fixed pure-torch code timed in every run, `llmbench.bench.control`).
+In a history of unchanged runs on a shared VM, the benchmarks' run effects correlated
+strongly and drifted together, far enough that, judged one series at a time, most windows
+of a dozen runs showed a change point (figures: docs/measurements/2026-12-01-history.md).
+A change of code, by contrast, usually moves some benchmarks and leaves others alone, and
+never moves the control workload (fixed pure-torch code timed in every run,
+`llmbench.bench.control`).
 
 So each benchmark is judged after removing what it shares with the rest of the run:
 

@@ -36,7 +36,8 @@ def file_names(result: HistoryResult) -> list[str]:
     return [*plot_files(result), *([ALL_BENCHMARKS_FILE] if result.machine else [])]
 
 
-def _panel(ax, r: SeriesResult, relative: bool = False) -> None:
+def draw_panel(ax, r: SeriesResult, relative: bool = False) -> None:
+    """One benchmark's history on `ax` (the dashboard draws the same panel on its pages)."""
     points = r.series.points
     scale, unit = (1e3, "ms") if max(p.median_s for p in points) < 1 else (1.0, "s")
     if relative:  # all benchmarks together: levels, not seconds
@@ -106,7 +107,7 @@ def draw_history(result: HistoryResult, out_dir: Path) -> list[Path]:
         FigureCanvasAgg(fig)
         axes = fig.subplots(rows, cols, squeeze=False).ravel()
         for ax, r in zip(axes, series, strict=False):
-            _panel(ax, r)
+            draw_panel(ax, r)
         for ax in axes[len(series):]:
             ax.set_visible(False)
         fig.suptitle(f"History of {series[0].series.group or 'ungrouped'}: "
@@ -125,7 +126,7 @@ def _draw_all_benchmarks(result: HistoryResult, out_dir: Path) -> Path:
     fig = Figure(figsize=(7.0, 4.0), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    _panel(ax, result.machine, relative=True)
+    draw_panel(ax, result.machine, relative=True)
     _control(ax, result)
     fig.suptitle(f"All benchmarks together: {result.history.title}\nthe median of the "
                  f"benchmarks' levels, each against its own history;\ngreen: the control "

@@ -37,9 +37,8 @@ def _row(r: SeriesResult, result: HistoryResult | None = None) -> tuple[str, ...
     points = r.series.points
     level = _level_median(r)
     machine = r.machine_ratio()
-    share = machine or 1.0
-    ratio = v.ratio * share if v.ratio is not None else None
-    interval = f"[{v.low * share:.3f}, {v.high * share:.3f}]" if v.low is not None else "-"
+    ratio, low, high = r.measured()
+    interval = f"[{low:.3f}, {high:.3f}]" if low is not None else "-"
     if result is not None:  # all benchmarks together: levels relative to each one's usual
         newest, level_cell = f"x{points[-1].median_s:.3f}", (
             f"x{level:.3f}" if level is not None else "-")

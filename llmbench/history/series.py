@@ -1,8 +1,10 @@
 """The history of one environment: its saved runs, oldest first, as one series per benchmark.
 
-A run is one draw from the machine's run-to-run spread (14-20% on a shared 2-core VM), so
-the unit of a history is the run: each point is one run's median, with its rounds' quartiles
-as the spread. Runs are ordered by their number, the order they were saved in.
+A run is one draw from the machine's run-to-run spread (on a shared machine far wider than
+the spread of rounds within a run; figures:
+docs/measurements/2026-11-29-stored-and-block-ab.md), so the unit of a history is the run:
+each point is one run's median, with its rounds' quartiles as the spread. Runs are ordered
+by their number, the order they were saved in.
 """
 
 from __future__ import annotations
@@ -121,13 +123,6 @@ def _point(number: int, run: runs.Run, code: str | None, bench: runs.Benchmark) 
                  low_s=float(low), high_s=float(high))
 
 
-def _load(path: Path) -> tuple[int, runs.Run, str | None]:
-    data = runs.read_json(path)
-    run = runs.run_from_json(data, str(path), path=path)
-    injected = data.get("llmbench_injected") if isinstance(data, dict) else None
-    return runs.run_number(path), run, _code(run, injected)
-
-
 def load_history(folder: str | os.PathLike, pattern: str | None = None,
                  min_runs: int = MIN_RUNS) -> History:
     """Every run in `folder` (an environment folder, or a baselines folder holding exactly
@@ -139,27 +134,49 @@ def load_history(folder: str | os.PathLike, pattern: str | None = None,
     if len(paths) < min_runs:
         raise runs.RunError(f"{where} holds {len(paths)} runs; a history needs at least "
                             f"{min_runs} to place a change point")
-    loaded = [_load(p) for p in paths]
-    newest = loaded[-1][1]
-    for number, run, _ in loaded[:-1]:
-        differences = runs.environment_differences(run.environment, newest.environment)
+    loaded = [load_entry(p) for p in paths]
+    for entry in loaded[:-1]:
+        differences = runs.environment_differences(entry.run.environment,
+                                                   loaded[-1].run.environment)
         if differences:
-            raise runs.RunError(f"run {number:04d} in {where} was measured in another "
+            raise runs.RunError(f"run {entry.number:04d} in {where} was measured in another "
                                 f"environment than the newest ({'; '.join(differences)}): a "
                                 "history is one environment; move that run out")
+    return history_of(where, loaded, pattern)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One saved run as a history reads it."""
+
+    number: int
+    run: runs.Run
+    code: str | None  # what code it measured (`_code`)
+
+
+def load_entry(path: Path) -> Entry:
+    """One saved run; a one-line `RunError` when it is damaged or of a newer format."""
+    run = runs.run_from_json(runs.read_json(path), str(path), path=path)
+    return Entry(runs.run_number(path), run, _code(run, run.injected))
+
+
+def history_of(where: Path, loaded: list[Entry], pattern: str | None = None) -> History:
+    """The history of runs already loaded (oldest first, one environment): each benchmark of
+    the newest run, as a series across them."""
+    newest = loaded[-1].run
     series = []
     for key, bench in newest.benchmarks.items():
         if pattern and pattern.lower() not in bench.name.lower():
             continue
         # A run where the same name did other work (a profile since edited) is another
         # measurement, not a point of this one's series.
-        points = tuple(_point(n, run, code, run.benchmarks[key]) for n, run, code in loaded
-                       if key in run.benchmarks and run.benchmarks[key].samples
-                       and not bench.shape_differences(run.benchmarks[key]))
+        points = tuple(_point(e.number, e.run, e.code, e.run.benchmarks[key]) for e in loaded
+                       if key in e.run.benchmarks and e.run.benchmarks[key].samples
+                       and not bench.shape_differences(e.run.benchmarks[key]))
         series.append(Series(key, bench.name, bench.group, points))
     if not series:
         raise runs.RunError(f"no benchmark of the newest run in {where} matches -k {pattern!r}")
-    control = tuple(float(np.median(run.control_s)) if run.control_s else None
-                    for _, run, _ in loaded)
-    return History(where, newest.title, newest.device or "cpu", tuple(n for n, *_ in loaded),
+    control = tuple(float(np.median(e.run.control_s)) if e.run.control_s else None
+                    for e in loaded)
+    return History(where, newest.title, newest.device or "cpu", tuple(e.number for e in loaded),
                    tuple(series), control)
