@@ -233,8 +233,9 @@ class Coordinator:
     def run(self, common: Sequence[str]) -> None:
         """Start both suites on the shared list, then pair every benchmark they reach. They
         load and warm their models one after the other: both at once, each with its full
-        thread count, oversubscribe a small machine (on 2 cores it took minutes, not
-        seconds, as OpenMP threads wait at barriers for threads that are not running)."""
+        thread count, oversubscribe a small machine and load many times slower, as OpenMP
+        threads wait at barriers for threads that are not running (figures:
+        docs/measurements/2026-12-01-from-the-code.md)."""
         for worker in self.workers.values():
             self.grant(worker, ["keep", list(common)])
         order = {nodeid: i for i, nodeid in enumerate(common)}

@@ -1,8 +1,9 @@
 """A/B mode: a git revision against the working tree, on the same machine at the same time.
 
 A stored baseline was measured minutes or days ago, on a machine whose speed has drifted
-since (on a shared 2-core box, separate runs of the same code land 14-20% apart). A/B mode
-removes the drift instead of modelling it. REV is checked out into a temporary `git
+since (on a shared machine, separate runs of the same code land further apart than the
+gate's thresholds; figures: docs/measurements/2026-11-29-stored-and-block-ab.md). A/B
+mode removes the drift instead of modelling it. REV is checked out into a temporary `git
 worktree`, and its benchmark suite (the baseline) and the working tree's (the candidate)
 run side by side:
 - paired (the default, `judge_in_turn`, see `pairing`): two long-lived processes take turns

@@ -66,18 +66,20 @@ SWEEP_ARGNAMES = ("output_case", "input_case", "prefill_tokens", "decode_context
 PROFILES = {
     "quick": Profile(
         # No per-case warm-up: the session fixture has already run every code path (and
-        # the server warms its scheduler), and a warm-up round would cost ~50 s of budget.
+        # the server warms its scheduler), and a warm-up round per case would spend a large
+        # share of the budget (docs/measurements/2026-11-29-from-the-code.md).
         name="quick", rounds=10, warmup_rounds=0,
         output_lengths=(8, 16, 32, 64), input_lengths=(64, 128, 256, 512),
         input_sweep_new_tokens=16, chat_passage_tokens=256, kv_prompt_tokens=64,
         kv_new_tokens=16, prefill_lengths=(32, 128, 512), decode_contexts=(16, 128),
         decode_steps=10, batch_sizes=(1, 2, 4, 8), batch_prompt_tokens=64, batch_new_tokens=16,
-        # What keeps the suite within 10 minutes on a 2-core CPU (timings: the README)
-        # (full runs all of it): the engines group at batch 1 only, without the eager-
-        # attention and the uncompiled static-cache `generate` variants; server concurrency
-        # 1 and 8, not 4; 16 new tokens for the input sweep and the server's requests (what
-        # the input sweep varies is the prompt: decode is the same work at every point). The
-        # batch-size sweep still measures the eager loop at batch 8.
+        # What keeps the suite within its 10-minute budget on a 2-core CPU (its timings:
+        # docs/measurements/2026-12-01-quick-suite-duration.md) (full runs all of it): the
+        # engines group at batch 1 only, without the eager-attention and the uncompiled
+        # static-cache `generate` variants; server concurrency 1 and 8, not 4; 16 new tokens
+        # for the input sweep and the server's requests (what the input sweep varies is the
+        # prompt: decode is the same work at every point). The batch-size sweep still
+        # measures the eager loop at batch 8.
         sequential_batch=3, engine_batch_sizes=(1,),
         engine_configurations=(
             "loop", "loop-static", "loop-static-compiled", "hf", "hf-static-compiled",

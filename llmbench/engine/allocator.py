@@ -4,10 +4,12 @@ glibc serves an allocation above its mmap threshold with fresh pages from the ke
 hands them back on free, so each such allocation page-faults anew. It also raises that
 threshold, up to 32 MiB, whenever the process frees such a block. How often a benchmark's
 rounds fault therefore depends on what the process happened to allocate before, and it
-stays that way for the process's life. Measured on smollm2-135m (2-core AMD EPYC VM): four
-fresh processes took 6.5k, 7.0k, 10.9k and 88k minor page faults per 512-token prefill,
-and a paired A/A of two processes running the same code measured that prefill 0.84x and
-1.16x. That is noise no pairing of rounds can cancel, since each side is one process.
+stays that way for the process's life: on the same prefill one fresh process may fault
+many times as often as another, and a paired A/A of two processes running the same code
+then calls that prefill faster or slower, well beyond the gate's threshold
+(figures: docs/measurements/2026-12-01-paired-ab.md, and for that A/A
+docs/measurements/2026-12-01-from-the-code.md). That is noise no pairing of rounds can
+cancel, since each side is one process.
 
 With both thresholds fixed (`mallopt`, which also turns the adjustment off) the same
 prefill took no page fault in any process. Every process that loads a model here fixes

@@ -65,9 +65,10 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 def has_native_bfloat16(device: torch.device) -> bool:
     """Whether `device` multiplies bfloat16 matrices in hardware. On a CPU without AVX512-BF16
-    or AMX, torch converts every operand, and a compute-bound prefill in bfloat16 measured
-    4-7x slower than in float32 on a 2-core AVX2 EPYC (decode, bound by reading the
-    weights, still gained); oneDNN's check is the one inductor itself uses."""
+    or AMX, torch converts every operand, and a compute-bound prefill runs several times
+    slower in bfloat16 than in float32 (decode, bound by reading the weights, still gains;
+    figures: docs/measurements/2026-12-01-engine-configurations.md); oneDNN's check is the
+    one inductor itself uses."""
     if device.type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
     if device.type == "cpu":

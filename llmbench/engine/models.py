@@ -187,7 +187,8 @@ def _load_external(name: str, dtype: torch.dtype):
     try:
         model, tokenizer = _from_pretrained(name, dtype, local_files_only=True)
     except (OSError, ValueError):
-        # Not cached. Ask the hub only if it answers: offline, its client retries for ~50 s.
+        # Not cached. Ask the hub only if it answers: offline, its client goes on retrying
+        # for far longer than this probe waits (docs/measurements/2026-11-29-from-the-code.md).
         if not _hub_reachable():
             raise ModelNotFound(
                 f"unknown model {name!r}: not a registered name ({known}), not a local "

@@ -21,7 +21,8 @@ from enum import Enum
 
 DEFAULT_MEMORY_THRESHOLD = 0.10
 # Allocator noise alone moves a server case's added peak by tens of MiB between runs of one
-# commit (measured: docs/measurements/), so a move must also exceed this.
+# commit (figures: docs/measurements/2026-12-02-stored-verdicts.md, runs F and G), so a
+# move must also exceed this.
 FLOOR_BYTES = 128 << 20
 # The name `llmbench.engine.device` records the figure under (the gate imports no engine).
 PER_CASE = "peak_memory_added_bytes"

@@ -9,8 +9,9 @@ ratios: the ratio is exp of their Hodges-Lehmann centre (the median of the Walsh
 exact up to 150 pairs. Under A/A the two sides are exchangeable, so d *is* symmetric about
 0: the test's level then holds exactly, at any number of pairs, whatever the shape of the
 noise. Its interval (Walsh averages between the critical ranks) is distribution-free too.
-Ranks, not means: one descheduled round (a log-ratio of 1.4, i.e. 4x, is seen on a busy
-2-core VM) widens a t interval past any use, while it moves a rank by one place.
+Ranks, not means: one descheduled round (on a busy machine, one round of a pair can take
+several times as long as the other; figures: docs/measurements/2026-11-30-from-the-code.md)
+widens a t interval past any use, while it moves a rank by one place.
 
 Sequential, with a budget: pairs are added to one benchmark until it is decided, and it is
 looked at only at a fixed schedule of pair counts, the *looks* (`Design.looks`: 8, 12, 18,
@@ -75,7 +76,7 @@ class Design:
 
     @functools.cached_property
     def looks(self) -> tuple[int, ...]:
-        """Pair counts at which a benchmark is judged: 8, 12, 18, 27, 40, 60, 90, ...,
+        """Pair counts at which a benchmark is judged: 8, 12, 18, 27, 40, 61, 91, ...,
         always ending at max_pairs."""
         out, n = [], float(FIRST_LOOK)
         while round(n) < self.max_pairs:

@@ -38,13 +38,14 @@ Why:
 - Rounds are assumed independent; drift within a run (thermal, clocks) is not modelled.
 - Blocks (A/B mode: each side pooled from several pytest runs, ``blocks=``): rounds of one
   block share its moment on the machine, so the medians of one side's blocks can differ by
-  more than its rounds within a block do (the README gives the spreads measured). Pooled
-  rounds are then not independent draws, and the rank test on them would overstate the
-  evidence. With >= 2 blocks a side, the unit is the block: Welch's t on the log block
-  medians gives p, direction and a t interval (exponentiated: a CI of the ratio), and ratio =
-  exp(mean difference). Welch: no equal-spread assumption; on log medians of a few rounds the
-  t approximation is reasonable, and an exact rank test on 4 vs 4 blocks could never pass
-  Holm. ``rounds_needed`` then counts blocks per side (``unit``).
+  more than its rounds within a block do (figures:
+  docs/measurements/2026-11-29-from-the-code.md). Pooled rounds are then not independent
+  draws, and the rank test on them would overstate the evidence. With >= 2 blocks a side,
+  the unit is the block: Welch's t on the log block medians gives p, direction and a t
+  interval (exponentiated: a CI of the ratio), and ratio = exp(mean difference). Welch: no
+  equal-spread assumption; on log medians of a few rounds the t approximation is
+  reasonable, and an exact rank test on 4 vs 4 blocks could never pass Holm.
+  ``rounds_needed`` then counts blocks per side (``unit``).
 """
 
 from __future__ import annotations
