@@ -304,7 +304,13 @@ def test_a_confirmed_slowdown_is_a_regression_judged_on_exactly_the_slower_bench
     assert {k for k, v in _verdicts(result).items() if v is Verdict.REGRESSION} == DECODE
     assert result.exit_code == EXIT_REGRESSION
     assert result.confirmation["status"] == "ran"
-    assert "confirmed by a paired A/B against aaaaaaaa: 2 benchmarks" in gate.render_text(result)
+    text = gate.render_text(result)
+    assert "confirmed by a paired A/B against aaaaaaaa: 2 benchmarks" in text
+    # The header names how the settled rows were judged, and the rounds' CI is not theirs.
+    assert ("2 benchmark(s) settled on pairs of rounds taken in turn (20-20 pairs a benchmark)"
+            ": signed-rank test on log-ratios, with the A/B's own intervals") in text
+    assert "CI 90.0% (the settled rows: the A/B's)" in text
+    assert not any(line.rstrip().endswith(",") for line in text.splitlines())
 
 
 def test_a_slowdown_the_ab_clears_passes(fake_ab):

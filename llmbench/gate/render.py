@@ -224,16 +224,22 @@ def header_lines(result: GateResult) -> list[str]:
     paired = [c for c in result.comparisons if c.unit == "pairs"]
     if paired:
         used = sorted(c.n_pairs for c in paired)
-        lines.append(f"judged on pairs of rounds taken in turn ({used[0]}-{used[-1]} pairs a "
-                     f"benchmark, {sum(used)} in all): signed-rank test on log-ratios, "
-                     f"{result.sequential}")
+        if result.design is not None:
+            lines.append(f"judged on pairs of rounds taken in turn ({used[0]}-{used[-1]} pairs "
+                         f"a benchmark, {sum(used)} in all): signed-rank test on log-ratios, "
+                         f"{result.sequential}")
+        else:  # stored runs whose slower benchmarks a paired A/B settled (`confirmation`)
+            lines.append(f"{len(paired)} benchmark(s) settled on pairs of rounds taken in turn "
+                         f"({used[0]}-{used[-1]} pairs a benchmark): signed-rank test on "
+                         "log-ratios, with the A/B's own intervals")
     o = result.options
     thresholds = sorted({c.threshold for c in result.comparisons})
     shown = ", ".join(f"{t:.0%}" if round(t * 100, 6).is_integer() else f"{t:.1%}"
                       for t in thresholds)
-    confidence = result.confidence if paired else 1 - 2 * o.alpha
+    confidence = result.confidence if paired and result.design else 1 - 2 * o.alpha
+    settled = " (the settled rows: the A/B's)" if paired and result.design is None else ""
     lines.append(f"rule: threshold {shown}, alpha {o.alpha:g} (Holm over "
-                 f"{len(result.comparisons)} benchmarks), CI {confidence:.1%}")
+                 f"{len(result.comparisons)} benchmarks), CI {confidence:.1%}{settled}")
     return lines
 
 
