@@ -78,7 +78,8 @@ def tests(session: nox.Session) -> None:
     tiny model: timed for real and serially (pytest-benchmark turns itself off under xdist),
     its counted work
     judged exactly against the committed reference (any added op, FLOP or byte fails, on
-    any machine: exact counts cannot flake), then once more in parallel as a smoke test."""
+    any machine: exact counts cannot flake), then once more in parallel as a smoke test; and
+    the documentation site, built strictly."""
     install(session)
     # The package's layering (pyproject.toml's import-linter contracts): what each part may
     # import, and no cycles.
@@ -93,6 +94,21 @@ def tests(session: nox.Session) -> None:
                 f"--work-reference={WORK_REFERENCE}", "--work-threshold=0")
     session.run("pytest", "-n", "auto", "benchmarks", "--benchmark-disable", "--model", "tiny",
                 "-q")
+    _build_docs(session)
+
+
+def _build_docs(session: nox.Session, *args: str) -> None:
+    # --strict: a broken link, a missing page or a page left out of the nav fails the build.
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", *args,
+                env={"NO_MKDOCS_2_WARNING": "1"})  # a banner about MkDocs 2, not our docs
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site, built into site/ with `mkdocs build --strict` (a broken link
+    or a missing page fails it); open site/index.html in a browser."""
+    install(session, extras="docs")
+    _build_docs(session, *session.posargs)
 
 
 @nox.session(name="work-reference")
@@ -105,11 +121,24 @@ def work_reference(session: nox.Session) -> None:
                 *session.posargs)
 
 
+def _compare_to(posargs: list[str]) -> str:
+    """The run `--compare-to` names in the session's arguments (the last one given, as pytest
+    takes it), else `latest`."""
+    chosen = "latest"
+    for i, arg in enumerate(posargs):
+        if arg.startswith("--compare-to="):
+            chosen = arg.split("=", 1)[1]
+        elif arg == "--compare-to" and i + 1 < len(posargs):
+            chosen = posargs[i + 1]
+    return chosen
+
+
 def _write_report(session: nox.Session, run: Path) -> None:
-    """report.md and plots for `run`, against the latest run of its environment if there is
-    one (`llmbench report --baseline latest`: the gate's own definition, so a run from
-    another machine is never the baseline)."""
-    session.run("llmbench", "report", str(run), "--baseline", "latest",
+    """report.md and plots for `run`, against the run the gate judged it against: the one
+    `-- --compare-to=...` names, else the latest run of its environment (`llmbench report
+    --baseline latest`: the gate's own definition, so a run from another machine is never
+    the baseline)."""
+    session.run("llmbench", "report", str(run), "--baseline", _compare_to(session.posargs),
                 "-o", str(Path("reports") / run.parent.name / run.stem))
 
 
@@ -180,10 +209,13 @@ def report(session: nox.Session) -> None:
     _cli(session, "report")
 
 
+HISTORY_MIN_RUNS = 6  # llmbench.history.MIN_RUNS: nox itself runs without llmbench installed
+
+
 @nox.session
 def history(session: nox.Session) -> None:
-    """`llmbench history` on every environment in baselines/ (plots under reports/history/),
-    or on what `-- ARGS` name. Fails when a newest run is a regression."""
+    """`llmbench history` on every environment in baselines/ with enough runs (plots under
+    reports/history/), or on what `-- ARGS` name. Fails when a newest run is a regression."""
     install(session)
     if session.posargs:
         session.run("llmbench", "history", *session.posargs)
@@ -192,9 +224,27 @@ def history(session: nox.Session) -> None:
                      if d.is_dir() and any(d.glob("[0-9][0-9][0-9][0-9]_*.json")))
     if not folders:
         session.error("baselines/ holds no runs yet: run `nox -s bench` a few times first")
+    judged = 0
     for folder in folders:
+        saved = len(list(folder.glob("[0-9][0-9][0-9][0-9]_*.json")))
+        if saved < HISTORY_MIN_RUNS:  # llmbench history would stop the session here
+            session.log(f"{folder}: {saved} runs; a history needs {HISTORY_MIN_RUNS}: skipped")
+            continue
+        judged += 1
         session.run("llmbench", "history", str(folder), "--plot-dir",
                     f"reports/history/{folder.name}", "--force")
+    if not judged:
+        session.error(f"no environment in baselines/ has {HISTORY_MIN_RUNS} runs yet: run "
+                      "`nox -s bench` a few more times")
+
+
+@nox.session
+def dashboard(session: nox.Session) -> None:
+    """`llmbench dashboard`: a static site of every saved run under baselines/ in
+    reports/dashboard/ (open reports/dashboard/index.html); `-- ARGS` replaces the defaults."""
+    install(session)
+    args = session.posargs or ["baselines", "-o", "reports/dashboard"]
+    session.run("llmbench", "dashboard", *args)
 
 
 @nox.session

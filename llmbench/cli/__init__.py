@@ -13,7 +13,17 @@ import os
 import sys
 
 from llmbench import __version__
-from llmbench.cli import ab, agreement, compare, generate, history, profile, report, server
+from llmbench.cli import (
+    ab,
+    agreement,
+    compare,
+    dashboard,
+    generate,
+    history,
+    profile,
+    report,
+    server,
+)
 from llmbench.errors import EXIT_USAGE, UserError
 
 
@@ -36,13 +46,33 @@ class _Command(_Parser):
         return namespace, extras
 
 
+# The docs page (docs/, built by `nox -s docs`) that explains each subcommand.
+DOCS_PAGES = {
+    "generate": "getting-started.md", "models": "getting-started.md",
+    "agreement": "engines.md", "profile": "engines.md", "report": "reports.md",
+    "compare": "verdicts.md", "ab": "ab.md", "history": "history.md", "dashboard": "dashboard.md",
+    "serve": "server.md", "load": "server.md",
+}
+
+
+def _docs_epilog(page: str) -> str:
+    return (f"Explained in docs/{page}; every flag: docs/reference/cli.md (`nox -s docs` "
+            "builds the site into site/).")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Command(prog="llmbench", description="Did this change make LLM inference "
-                                                   "slower, and is that real or noise?")
+                                                   "slower, and is that real or noise?",
+                      epilog=_docs_epilog("index.md"))
     parser.add_argument("--version", action="version", version=f"llmbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for command in (generate, agreement, profile, report, compare, ab, history, server):
+    for command in (generate, agreement, profile, report, compare, ab, history, dashboard,
+                    server):
         command.register(sub)
+    for name, command_parser in sub.choices.items():
+        epilog = _docs_epilog(DOCS_PAGES[name])  # KeyError: a new command needs its page
+        command_parser.epilog = (f"{command_parser.epilog}\n\n{epilog}"
+                                 if command_parser.epilog else epilog)
     return parser
 
 
