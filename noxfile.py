@@ -220,8 +220,10 @@ def history(session: nox.Session) -> None:
     if session.posargs:
         session.run("llmbench", "history", *session.posargs)
         return
-    folders = sorted(d for d in Path("baselines").iterdir()
-                     if d.is_dir() and any(d.glob("[0-9][0-9][0-9][0-9]_*.json")))
+    root = Path("baselines")
+    folders = sorted(d for d in root.iterdir()
+                     if d.is_dir() and any(d.glob("[0-9][0-9][0-9][0-9]_*.json"))
+                     ) if root.is_dir() else []
     if not folders:
         session.error("baselines/ holds no runs yet: run `nox -s bench` a few times first")
     judged = 0

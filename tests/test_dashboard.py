@@ -5,6 +5,7 @@ run), read back as a reader's browser would get it: the HTML it wrote."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -16,7 +17,9 @@ import pytest
 from gate_runs import make_run, write_run
 
 from llmbench.dashboard import build_site
+from llmbench.dashboard.site import MARKER
 from llmbench.errors import EXIT_USAGE, UserError
+from llmbench.runs.model import FORMAT_VERSION
 
 ENV = "tiny-cpu-float32"
 DATA = Path(__file__).resolve().parent / "data"
@@ -35,8 +38,10 @@ def write_history(folder: Path, levels: list[float], *, seed: int = 0, injected_
             "prefill": float(np.exp(rng.normal(0.0, 0.02)))})
         run["commit_info"]["id"] = ("b" if i >= commit_from else "a") * 40
         run["datetime"] = f"2026-01-{i:02d}T10:00:00+00:00"
+        run["llmbench"]["format"] = FORMAT_VERSION
         for bench in run["benchmarks"]:
-            bench["extra_info"]["work"] = {"num_ops": 1000, "flops": 5_000_000, "bytes": 2048}
+            bench["extra_info"]["work"] = {"num_ops": 1000, "flops": 5_000_000,
+                                           "bytes_read": 1536, "bytes_written": 512}
             bench["extra_info"]["peak_memory_added_bytes"] = 3 * 2**20
         if i == injected_at:
             run["llmbench_injected"] = {"slow_down": {"decode_step": 0.15}}
@@ -115,11 +120,11 @@ def test_a_benchmark_page_shows_its_spread_work_memory_and_verdict(history_site)
     page = history_site / ENV / "test_prefill-in-128.html"
     text, _ = read_page(page)
     assert "Newest run: consistent" in text and "prediction interval" in text
-    assert "1,000" in text and "5,000,000" in text and "3.0 MiB" in text
+    assert "1,000" in text and "5,000,000" in text and "2,048" in text and "3.0 MiB" in text
     html = page.read_text(encoding="utf-8")
     for figure in re.findall(r'<img class="figure" src="([^"]+)"', html):
         assert (page.parent / figure).is_file(), figure
-    assert "test_prefill-in-128-work.svg" in html
+    assert "fig/test_prefill-in-128.work.svg" in html
 
 
 def test_a_regression_in_the_newest_run_is_the_history_verdict(tmp_path):
@@ -166,10 +171,9 @@ def test_bad_runs_are_left_out_and_named(tmp_path):
     problems = record["environments"][ENV]["problems"]
     assert any("0004_cut.json" in p and "truncated" in p for p in problems), problems
     assert any("0005_newer.json" in p for p in problems), problems
-    # The stray run is the newest, yet the folder's other runs stay its history.
-    assert any(p.startswith("run 0006: left out: measured in another environment")
-               for p in problems), problems
-    assert record["environments"][ENV]["runs"] == 3
+    # The stray newest run is an environment of its own: it hides no other run's history.
+    assert any("holds runs of 2 environments" in p for p in problems), problems
+    assert [e["runs"] for e in record["environments"].values()] == [1, 3]
     text, _ = read_page(tmp_path / "site" / "index.html")
     assert "0004_cut.json: left out" in text
 
@@ -205,11 +209,40 @@ def test_a_folder_holding_other_files_is_never_overwritten(tmp_path):
 def test_an_earlier_dashboard_is_replaced_whole(tmp_path):
     write_history(tmp_path / "b" / ENV, [1.0] * 2)
     build_site(tmp_path / "b", tmp_path / "site")
-    (tmp_path / "site" / "stale.html").write_text("old")
+    write_history(tmp_path / "b" / ENV, [1.0] * 3)  # a third run since
     build_site(tmp_path / "b", tmp_path / "site")
-    assert not (tmp_path / "site" / "stale.html").exists()
+    assert json.loads((tmp_path / "site" / MARKER).read_text())["environments"][ENV]["runs"] == 3
     assert (tmp_path / "site" / "index.html").is_file()
-    assert not list(tmp_path.glob(".site-*"))  # no half-built folder left beside it
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".site-")]
+
+
+def test_an_earlier_dashboard_holding_other_files_is_never_replaced(tmp_path):
+    write_history(tmp_path / "b" / ENV, [1.0] * 2)
+    build_site(tmp_path / "b", tmp_path / "site")
+    (tmp_path / "site" / "CNAME").write_text("bench.example.com")
+    with pytest.raises(UserError, match="did not write .CNAME."):
+        build_site(tmp_path / "b", tmp_path / "site")
+    assert (tmp_path / "site" / "CNAME").read_text() == "bench.example.com"
+
+
+def test_a_marker_file_alone_does_not_make_a_folder_replaceable(tmp_path):
+    write_history(tmp_path / "b" / ENV, [1.0] * 2)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / MARKER).write_text("{}")
+    (tmp_path / "site" / "notes.txt").write_text("keep")
+    with pytest.raises(UserError, match="holds no earlier dashboard"):
+        build_site(tmp_path / "b", tmp_path / "site")
+    assert (tmp_path / "site" / "notes.txt").exists()
+
+
+def test_the_site_can_be_served_by_another_user(tmp_path):
+    write_history(tmp_path / "b" / ENV, [1.0] * 2)
+    old = os.umask(0o022)
+    try:
+        build_site(tmp_path / "b", tmp_path / "site")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "site").stat().st_mode & 0o777 == 0o755
 
 
 def _kept_ab(folder: Path, slower: float) -> Path:
@@ -227,13 +260,13 @@ def test_a_kept_ab_gets_its_page(tmp_path):
     ab = _kept_ab(tmp_path / "ab-decode", slower=1.5)
     record = build_site(tmp_path / "b", tmp_path / "site", ab_folders=[ab])
     assert record["ab"] == [{"folder": str(ab), "problem": ""}]
-    page = tmp_path / "site" / "ab-ab-decode.html"
+    page = tmp_path / "site" / "ab" / "ab-decode.html"
     text, _ = read_page(page)
     assert re.search(r"test_decode_steps\[ctx=128\] 30 1\.[45]\d\d .*? regression", text), text
-    for figure in ("ab-ab-decode-verdicts.png", "ab-ab-decode-pairs.svg"):
-        assert (tmp_path / "site" / figure).is_file()
+    for figure in ("ab-decode-verdicts.png", "ab-decode-pairs.svg"):
+        assert (tmp_path / "site" / "ab" / figure).is_file()
     index, links = read_page(tmp_path / "site" / "index.html")
-    assert "ab-ab-decode.html" in links
+    assert "ab/ab-decode.html" in links
 
 
 def test_a_folder_that_is_no_kept_ab_is_named(tmp_path):
@@ -241,3 +274,119 @@ def test_a_folder_that_is_no_kept_ab_is_named(tmp_path):
     (tmp_path / "notab").mkdir()
     record = build_site(tmp_path / "b", tmp_path / "site", ab_folders=[tmp_path / "notab"])
     assert "no pairing.json" in record["ab"][0]["problem"]
+
+
+def test_the_pairs_figure_holds_each_benchmarks_pairs(tmp_path):
+    from llmbench import runs
+    from llmbench.dashboard.figures import pair_ratios
+
+    ab = _kept_ab(tmp_path / "ab", slower=1.5)
+    base = runs.load_run(next((ab / "baseline").rglob("*.json")))
+    cand = runs.load_run(next((ab / "candidate").rglob("*.json")))
+    ratios = dict(pair_ratios(base, cand, list(base.benchmarks)))
+    assert sorted(ratios) == sorted(DECODE + PREFILL)
+    assert all(len(v) == 30 for v in ratios.values())
+    assert 1.3 < float(np.median(ratios["test_decode_steps[ctx=16]"])) < 1.7
+    assert 0.9 < float(np.median(ratios["test_prefill[in=32]"])) < 1.1
+
+
+def _runs_named(folder: Path, names: dict[str, str], count: int = 2) -> None:
+    for i in range(1, count + 1):
+        write_run(folder / f"{i:04d}_run.json", make_run(i, benchmarks=names))
+
+
+def test_names_that_slug_alike_get_pages_of_their_own(tmp_path):
+    names = {"a b": "g", "a-b": "g", "a-b-2": "g", "A-B": "g"}
+    _runs_named(tmp_path / "b" / ENV, names)
+    build_site(tmp_path / "b", tmp_path / "site")
+    links = [link for link in read_page(tmp_path / "site" / "index.html")[1]
+             if link.startswith(ENV)]
+    assert len(links) == 4 and len({link.lower() for link in links}) == 4
+    titles = {read_page(tmp_path / "site" / link)[0].split(":", 1)[0] for link in links}
+    assert titles == set(names)
+
+
+def test_environment_folders_that_slug_alike_do_not_collide(tmp_path):
+    for folder in ("a b", "a-b", "a-b-2"):
+        _runs_named(tmp_path / "b" / folder, {"x": "g"})
+    record = build_site(tmp_path / "b", tmp_path / "site")
+    assert len(record["environments"]) == 3
+
+
+def test_two_kept_abs_of_one_folder_name_keep_two_pages(tmp_path):
+    write_history(tmp_path / "b" / ENV, [1.0] * 2)
+    first, second = _kept_ab(tmp_path / "x" / "run", 1.5), _kept_ab(tmp_path / "y" / "run", 1.0)
+    build_site(tmp_path / "b", tmp_path / "site", ab_folders=[first, second])
+    links = [link for link in read_page(tmp_path / "site" / "index.html")[1]
+             if link.startswith("ab/")]
+    assert len(set(links)) == 2 and all((tmp_path / "site" / link).is_file() for link in links)
+
+
+def test_names_are_escaped_and_dollar_signs_are_text(tmp_path):
+    names = {"test_x[<script>alert(1)</script>]": "g", "test_price[$x^$]": "g"}
+    _runs_named(tmp_path / "b" / ENV, names, count=6)
+    build_site(tmp_path / "b", tmp_path / "site")
+    html = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)" in html
+    text, _ = read_page(tmp_path / "site" / "index.html")
+    assert "test_price[$x^$]" in text
+
+
+def test_a_benchmark_the_newest_run_lacks_is_still_shown_with_its_last_run(tmp_path):
+    folder = tmp_path / "b" / ENV
+    write_history(folder, [1.0] * 6)
+    newest = json.loads((folder / "0006_run.json").read_text())
+    newest["benchmarks"] = [b for b in newest["benchmarks"]
+                            if b["name"] != "test_prefill[in=32]"]
+    (folder / "0006_run.json").write_text(json.dumps(newest))
+    build_site(tmp_path / "b", tmp_path / "site")
+    html = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    row = html.split('<tr data-name="test_prefill[in=32] prefill"', 1)[1].split("</tr>", 1)[0]
+    assert "(run 0005)" in row and "not in the newest run" in row
+
+
+def test_an_ab_names_the_benchmarks_one_side_lacks(tmp_path):
+    write_history(tmp_path / "b" / ENV, [1.0] * 2)
+    ab = _kept_ab(tmp_path / "ab", slower=1.0)
+    cand_file = next((ab / "candidate").rglob("*.json"))
+    cand = json.loads(cand_file.read_text())
+    cand["benchmarks"] = [b for b in cand["benchmarks"] if b["name"] != "test_prefill[in=32]"]
+    cand_file.write_text(json.dumps(cand))
+    build_site(tmp_path / "b", tmp_path / "site", ab_folders=[ab])
+    text, _ = read_page(tmp_path / "site" / "ab" / "ab.html")
+    assert "test_prefill[in=32]: in the baseline run only" in text
+
+
+def test_uncommitted_changes_never_read_as_the_machine_moving(tmp_path):
+    folder = tmp_path / "b" / ENV
+    write_history(folder, [1.0] * 6 + [1.5] * 6, commit_from=99)  # one commit throughout
+    for path in folder.glob("*.json"):
+        run = json.loads(path.read_text())
+        run["commit_info"]["dirty"] = True
+        path.write_text(json.dumps(run))
+    build_site(tmp_path / "b", tmp_path / "site")
+    html = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    change = re.search(r'<li class="change" data-run="7">(.*?)</li>', html, flags=re.S).group(1)
+    assert "cannot tell code from machine" in change and "machine moved" not in change
+
+
+@pytest.mark.parametrize("damage", [
+    lambda run: run["commit_info"].update(id=12345),
+    lambda run: run.update(llmbench_injected={"slow_down": {"decode_step": "fast"}}),
+    lambda run: run.update(datetime=20260101),
+    lambda run: run["benchmarks"][0]["stats"].update(data=[0.0] * 10, median=0.0),
+    lambda run: run["benchmarks"][0]["extra_info"].update(work={"num_ops": "many"}),
+    lambda run: run["benchmarks"][0]["extra_info"].update(peak_memory_added_bytes=float("nan")),
+], ids=["commit-a-number", "factor-a-word", "datetime-a-number", "median-zero",
+        "work-a-word", "memory-nan"])
+def test_damaged_fields_are_a_line_or_a_dash_never_a_traceback(tmp_path, damage):
+    folder = tmp_path / "b" / ENV
+    write_history(folder, [1.0] * 3)
+    run = json.loads((folder / "0002_run.json").read_text())
+    damage(run)
+    (folder / "0002_run.json").write_text(json.dumps(run))
+    proc = subprocess.run([sys.executable, "-m", "llmbench", "dashboard", str(tmp_path / "b"),
+                           "-o", str(tmp_path / "site")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (tmp_path / "site" / "index.html").is_file()

@@ -60,3 +60,16 @@ def test_without_timed_benchmarks_the_gate_hears_of_no_run(calls, monkeypatch):
     monkeypatch.setattr(record, "benchmarks_enabled", lambda config: False)
     plugin.pytest_sessionfinish(_session(), 0)
     assert calls == [("judge", None), ("work", None), ("save", None)]
+
+
+@pytest.mark.parametrize("commit, part", [("3d12a17b9f", "3d12a17b"), ("unversioned", "nocommit"),
+                                          ("unknown", "nocommit"), (None, "nocommit")])
+def test_a_run_outside_git_is_named_nocommit(commit, part):
+    assert record.file_commit({"commit_info": {"id": commit}}) == part
+
+
+@pytest.mark.parametrize("version, public", [("2.13.0+cpu", "2.13.0"), ("2.13.0", "2.13.0"),
+                                             ("5.24.0", "5.24.0"), (None, None)])
+def test_work_is_judged_on_public_versions(version, public):
+    # torch 2.13.0+cpu and PyPI's CUDA build 2.13.0 dispatch the same ops on the CPU.
+    assert work_reference._public(version) == public

@@ -44,8 +44,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="torch CPU threads. Default: %(default)r (torch's choice)")
     group.addoption("--attn", default=d("attn"), type=one_of(*ATTENTIONS), metavar="IMPL",
                     help=f"attention implementation, one of {', '.join(ATTENTIONS)} (auto: "
-                         "the model's own choice; the engines group measures its own "
-                         "configurations on the model's choice, and eager beside them). "
+                         "the model's own choice; the engines group measures its "
+                         "configurations on this one, and eager beside them). "
                          "Default: %(default)r")
     group.addoption("--cache", dest="kv_cache", default=d("kv_cache"),
                     type=one_of(*KV_CACHES), metavar="KIND",

@@ -89,7 +89,13 @@ def _environment(output: dict) -> dict:
     env = (output.get("llmbench") or {}).get("environment") or {}
     versions = env.get("versions") or {}
     return {"model": env.get("model"), "device": env.get("device"), "dtype": env.get("dtype"),
-            "versions": {k: versions.get(k) for k in WORK_VERSIONS}}
+            "versions": {k: _public(versions.get(k)) for k in WORK_VERSIONS}}
+
+
+def _public(version: str | None) -> str | None:
+    """A version without its local label: torch 2.13.0+cpu and PyPI's 2.13.0 (a CUDA
+    build) dispatch the same ops on the CPU, so one reference serves both."""
+    return version.split("+", 1)[0] if isinstance(version, str) else version
 
 
 def _counts(output: dict) -> dict[str, dict]:
@@ -160,7 +166,8 @@ def _judge(config: pytest.Config, state: ReferenceState, output: dict) -> None:
         state.lines.append(f"cannot judge work: {exc}")
         state.exit_code = pytest.ExitCode.USAGE_ERROR
         return
-    ref_versions = (reference.get("environment") or {}).get("versions") or {}
+    saved = (reference.get("environment") or {}).get("versions") or {}
+    ref_versions = {k: _public(saved.get(k)) for k in WORK_VERSIONS}
     run_versions = _environment(output)["versions"]
     if ref_versions != run_versions:
         diffs = ", ".join(f"{k} {ref_versions.get(k)} (reference) vs {run_versions.get(k)}"

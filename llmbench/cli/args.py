@@ -47,8 +47,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                              "same values reordered once into oneDNN's blocked layout (packed: "
                              "CPU, eager), or int8/int4 weight-only through torchao "
                              "(activations stay in --dtype). Which is fastest depends on the "
-                             "CPU (packed was faster on one AVX512 VM and slower on an AMX "
-                             "one): the suite's engines group measures them side by side on "
+                             "CPU: the suite's engines group measures them side by side on "
                              "yours. Default: %(default)r")
 
 

@@ -1,22 +1,24 @@
-"""What the dashboard shows, read from saved runs: one `Environment` per folder of runs, each
-benchmark's series with its history verdict and counted work, and the kept paired A/Bs.
+"""What the dashboard shows, read from saved runs: one `Environment` per environment found in
+each folder of runs, each benchmark's series with its history verdict, counted work and
+peak memory, the change points of the history, and the kept paired A/Bs.
 
 Reading never stops at a bad file. A damaged or truncated run, one of a newer format, or one
-measured in another environment than its folder's newest is left out with a one-line
-`problem` the page prints; a folder whose runs cannot be read at all becomes an
-environment with only problems. Only a baselines folder with no run anywhere is an error.
+that is no llmbench run is left out with a one-line `problem` the page prints. A folder
+holding runs of several environments (a machine changed, a run moved in) shows each as an
+environment of its own, so no run hides another's history. Only a baselines folder with no
+run anywhere is an error.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmbench import runs
 from llmbench.errors import UserError
-from llmbench.gate.work import SIZES, counts_of
+from llmbench.gate.memory import FIRST_PER_CASE_FORMAT
+from llmbench.gate.work import SIZES, counts_of, size_of
 from llmbench.history import MIN_RUNS, HistoryResult, SeriesResult, judge_history
 from llmbench.history.series import Entry, History, Series, history_of, load_entry
 
@@ -36,7 +38,6 @@ class Benchmark:
     judged: SeriesResult | None  # None: too few runs for a history
     work: dict[int, Work]  # by run number
     memory: dict[int, int]  # by run number: the peak memory the case itself added (bytes)
-    injected: frozenset[int]  # run numbers that ran with an injected slowdown
 
     @property
     def name(self) -> str:
@@ -50,6 +51,7 @@ class RunInfo:
     commit: str | None  # short id, `+dirty` for uncommitted changes
     injected: str  # "" or what was slowed, e.g. "decode_step x1.15"
     file: str
+    older_format: bool  # saved before peak memory was recorded per case
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class ChangeEvent:
     run: int
     commit: str | None
     moved: tuple[tuple[str, float], ...]  # (benchmark, ratio after/before)
-    cause: str  # "code changed", "same code: the machine moved", "no commit recorded"
+    cause: str
     together: float | None = None  # all benchmarks together, when they shifted here
     control: float | None = None  # the control workload across that shift
 
@@ -74,6 +76,7 @@ class Environment:
     runs: list[RunInfo] = field(default_factory=list)
     benchmarks: list[Benchmark] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    injected: frozenset[int] = frozenset()  # run numbers that ran an injected slowdown
     history: History | None = None
     judged: HistoryResult | None = None
     changes: list[ChangeEvent] = field(default_factory=list)  # newest first
@@ -90,20 +93,36 @@ class KeptAB:
     problem: str = ""
 
 
+# --- File names ------------------------------------------------------------------------------
+
+_RESERVED = re.compile(r"^(con|prn|aux|nul|com\d|lpt\d)$", re.I)  # no such file on Windows
+
+
 def slug(text: str) -> str:
-    """A file name for `text`: letters, digits, '-', '_' and '.', the rest as '-'."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "x"
+    """A file name for `text`: letters, digits, '-', '_' and '.', the rest as '-'; never
+    hidden (a leading '.') nor a name Windows reserves."""
+    out = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.") or "x"
+    return f"_{out}" if _RESERVED.match(out.split(".")[0]) else out
 
 
-def _unique_slugs(names: Sequence[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        base = slug(name)
-        seen[base] = seen.get(base, 0) + 1
-        out.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
-    return out
+class Names:
+    """File names handed out within one folder: each unique, case-insensitively (macOS and
+    Windows file systems fold case), so no page overwrites another."""
 
+    def __init__(self, reserved: tuple[str, ...] = ()):
+        self._used = {name.lower() for name in reserved}
+
+    def take(self, text: str) -> str:
+        base = candidate = slug(text)
+        n = 1
+        while candidate.lower() in self._used:
+            n += 1
+            candidate = f"{base}-{n}"
+        self._used.add(candidate.lower())
+        return candidate
+
+
+# --- Reading runs ----------------------------------------------------------------------------
 
 def environment_folders(baselines: Path) -> list[Path]:
     """`baselines` itself when it holds runs, else each subfolder that does."""
@@ -133,73 +152,74 @@ def _facts(run: runs.Run) -> dict[str, str]:
     return {k: str(v) for k, v in facts.items() if v not in (None, "")}
 
 
-def _injected_words(run: runs.Run) -> str:
-    slowed = runs.injected_slowdowns(run)
-    return ", ".join(f"{name} x{1 + factor:g}" for name, factor in sorted(slowed.items()))
-
-
 def _work(bench: runs.Benchmark) -> Work | None:
     counts = counts_of(bench.extra_info)
     if isinstance(counts, str):
         return Work(not_counted=counts)
     if not counts:
         return None
-    return Work(tuple((shown, int(counts.get(key) or 0)) for key, shown in SIZES))
+    try:
+        return Work(tuple((shown, size_of(counts, key)) for key, shown in SIZES))
+    except (TypeError, ValueError):
+        return Work(not_counted="its counts are damaged")
 
 
-def _one_environment(entries: list[Entry]) -> tuple[list[Entry], list[Entry]]:
-    """The runs of the environment most of the folder's runs share (the newest's on a tie),
-    and the others: one stray run moved into a folder must not hide its history."""
-    clusters: list[list[Entry]] = []
-    for entry in entries:
-        for cluster in clusters:
-            if not runs.environment_differences(cluster[0].run.environment,
-                                                entry.run.environment):
-                cluster.append(entry)
-                break
-        else:
-            clusters.append([entry])
-    best = max(clusters, key=lambda c: (len(c), c[-1].number))
-    return best, [e for e in entries if all(e is not k for k in best)]
+def _memory(bench: runs.Benchmark) -> int | None:
+    added = bench.extra_info.get("peak_memory_added_bytes")
+    if isinstance(added, bool) or not isinstance(added, (int, float)) or not added >= 0:
+        return None
+    return int(added)
 
 
-def read_environment(folder: Path, slug_: str, *, alpha: float) -> Environment:
-    env = Environment(folder, slug_)
-    entries: list[Entry] = []
+def _read(folder: Path) -> tuple[list[Entry], list[str]]:
+    """Every run of `folder` that can be read, oldest first, and a line for each other."""
+    entries, problems = [], []
     for path in runs.list_runs(folder):
         try:
-            entries.append(load_entry(path))
+            entry = load_entry(path)
         except UserError as exc:
-            env.problems.append(f"{path.name}: left out: {exc}")
-    if not entries:
-        env.problems.append(f"{folder}: no run could be read")
-        return env
-    kept, others = _one_environment(entries)
-    for entry in others:
-        differences = runs.environment_differences(entry.run.environment,
-                                                   kept[-1].run.environment)
-        env.problems.append(f"run {entry.number:04d}: left out: measured in another "
-                            f"environment than the folder's other runs "
-                            f"({'; '.join(differences)})")
-    newest = kept[-1]
-    env.title, env.facts = newest.run.title, _facts(newest.run)
-    for entry in kept:
-        code = runs.code_of(entry.run)
-        commit = (code.commit[:8] + ("+dirty" if code.dirty else "")) if code.commit else None
-        env.runs.append(RunInfo(entry.number, entry.run.datetime, commit,
-                                _injected_words(entry.run), entry.run.source))
-    try:
-        env.history = history_of(folder, kept)
-    except UserError as exc:
-        env.problems.append(str(exc))
-        return env
-    if len(kept) >= MIN_RUNS:
-        env.judged = judge_history(env.history, alpha=alpha)
-        env.changes = change_events(env.judged)
+            problems.append(f"{path.name}: left out: {exc}")
+            continue
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # damage not foreseen
+            problems.append(f"{path.name}: left out: damaged ({type(exc).__name__}: {exc})")
+            continue
+        if entry.run.environment is None:
+            problems.append(f"{path.name}: left out: not an llmbench run (no environment "
+                            "recorded)")
+            continue
+        entries.append(entry)
+    return entries, problems
+
+
+def _by_environment(entries: list[Entry]) -> list[list[Entry]]:
+    """The runs grouped by environment, each group oldest first, the group holding the
+    newest run first."""
+    groups: list[list[Entry]] = []
+    for entry in entries:
+        for group in groups:
+            if not runs.environment_differences(group[0].run.environment,
+                                                entry.run.environment):
+                group.append(entry)
+                break
+        else:
+            groups.append([entry])
+    return sorted(groups, key=lambda g: -g[-1].number)
+
+
+def _run_info(entry: Entry) -> RunInfo:
+    code = runs.code_of(entry.run)
+    commit = (code.commit[:8] + ("+dirty" if code.dirty else "")) if code.commit else None
+    slowed = ", ".join(f"{name} x{1 + factor:g}" for name, factor in code.injected)
+    when = entry.run.datetime if isinstance(entry.run.datetime, str) else None
+    return RunInfo(entry.number, when, commit, slowed, entry.run.source,
+                   entry.run.info.get("format", 1) < FIRST_PER_CASE_FORMAT)
+
+
+def _benchmarks(env: Environment, kept: list[Entry]) -> None:
     judged = env.judged.results if env.judged else [None] * len(env.history.series)
-    injected = frozenset(e.number for e in kept if runs.injected_slowdowns(e.run))
-    slugs = _unique_slugs([s.name for s in env.history.series])
-    for series, result, page in zip(env.history.series, judged, slugs, strict=True):
+    names = Names()
+    newer = {e.number for e in kept if e.run.info.get("format", 1) >= FIRST_PER_CASE_FORMAT}
+    for series, result in zip(env.history.series, judged, strict=True):
         work, memory = {}, {}
         for entry in kept:
             bench = entry.run.benchmarks.get(series.key)
@@ -207,52 +227,84 @@ def read_environment(folder: Path, slug_: str, *, alpha: float) -> Environment:
                 continue
             if (counted := _work(bench)) is not None:
                 work[entry.number] = counted
-            added = bench.extra_info.get("peak_memory_added_bytes")
-            if isinstance(added, (int, float)):
-                memory[entry.number] = int(added)
-        env.benchmarks.append(Benchmark(series, page, result, work, memory, injected))
+            # Format 1 recorded the process's peak under the same name: not the case's own.
+            if entry.number in newer and (added := _memory(bench)) is not None:
+                memory[entry.number] = added
+        env.benchmarks.append(Benchmark(series, names.take(series.name), result, work, memory))
+
+
+def _environment(folder: Path, slug_: str, kept: list[Entry], alpha: float) -> Environment:
+    env = Environment(folder, slug_, title=kept[-1].run.title, facts=_facts(kept[-1].run))
+    env.runs = [_run_info(e) for e in kept]
+    env.injected = frozenset(e.number for e in kept if runs.injected_slowdowns(e.run))
+    try:
+        env.history = history_of(folder, kept, every_benchmark=True)
+    except UserError as exc:
+        env.problems.append(str(exc))
+        return env
+    if len(kept) >= MIN_RUNS:
+        env.judged = judge_history(env.history, alpha=alpha)
+        env.changes = change_events(env.judged)
+    _benchmarks(env, kept)
     return env
 
 
+def read_folder(folder: Path, names: Names, *, alpha: float) -> list[Environment]:
+    """The environments of one folder of runs: one, or one per environment its runs were
+    measured in (the one holding the newest run first)."""
+    entries, problems = _read(folder)
+    if not entries:
+        return [Environment(folder, names.take(folder.name),
+                            problems=[*problems, f"{folder}: no run could be read"])]
+    groups = _by_environment(entries)
+    environments = [_environment(folder, names.take(folder.name), group, alpha)
+                    for group in groups]
+    if len(groups) > 1:
+        problems.append(f"{folder} holds runs of {len(groups)} environments (a machine or an "
+                        "option changed, or a run was moved in); each is shown on its own")
+    environments[0].problems[:0] = problems
+    return environments
+
+
+def read_environments(baselines: Path, *, alpha: float) -> list[Environment]:
+    names = Names(reserved=("ab",))  # the A/B pages' folder
+    return [env for folder in environment_folders(baselines)
+            for env in read_folder(folder, names, alpha=alpha)]
+
+
+# --- Change points across the history ----------------------------------------------------------
+
 def _cause(changed: list[bool | None]) -> str:
     if any(c is None for c in changed):
-        return "no commit recorded around it"
+        return "no clean commit recorded around it: cannot tell code from machine"
     if any(changed):
         return "the code changed here"
     return "same code on both sides: the machine moved"
 
 
 def change_events(result: HistoryResult) -> list[ChangeEvent]:
-    """Every run where some benchmark's level shifted, newest first."""
+    """Every run where some benchmark's level shifted, newest first, with what moved and
+    why, as `llmbench history` decides it."""
     at: dict[int, list[tuple[SeriesResult, object]]] = {}
-    for r in result.results:
+    judged = [*result.results, *([result.machine] if result.machine else [])]
+    for r in judged:
         for shift in r.shifts:
             at.setdefault(r.shift_run(shift), []).append((r, shift))
-    together = {}
-    if result.machine is not None:
-        for shift in result.machine.shifts:
-            run = result.machine.shift_run(shift)
-            together[run] = (shift.ratio, result.control_move(shift))
-            at.setdefault(run, [])
     events = []
     for run in sorted(at, reverse=True):
         found = at[run]
         commit = next((r.shift_commit(s) for r, s in found if r.shift_commit(s)), None)
-        if commit is None and result.machine is not None and run in together:
-            commit = next((p.commit for p in result.machine.series.points if p.run == run), None)
-        cause = _cause([r.code_changed(s) for r, s in found]) if found else (
-            "all benchmarks together")
-        ratio, control = together.get(run, (None, None))
-        events.append(ChangeEvent(run, commit, tuple((r.series.name, s.ratio)
-                                                     for r, s in found), cause, ratio, control))
+        together = [(r, s) for r, s in found if r is result.machine]
+        ratio = together[0][1].ratio if together else None
+        control = result.control_move(together[0][1]) if together else None
+        events.append(ChangeEvent(
+            run, commit, tuple((r.series.name, s.ratio) for r, s in found
+                               if r is not result.machine),
+            _cause([r.code_changed(s) for r, s in found]), ratio, control))
     return events
 
 
-def read_environments(baselines: Path, *, alpha: float) -> list[Environment]:
-    folders = environment_folders(baselines)
-    names = _unique_slugs([f.name for f in folders])
-    return [read_environment(f, name, alpha=alpha) for f, name in zip(folders, names, strict=True)]
-
+# --- Kept paired A/Bs --------------------------------------------------------------------------
 
 def _one_run(folder: Path) -> runs.Run:
     found = sorted(folder.glob("**/*.json"))
@@ -261,14 +313,16 @@ def _one_run(folder: Path) -> runs.Run:
     return runs.load_run(found[0])
 
 
-def read_kept_ab(folder: Path) -> KeptAB:
+def read_kept_ab(folder: Path, names: Names) -> KeptAB:
     """A folder `llmbench ab --keep` wrote (baseline/ and candidate/ runs, pairing.json)."""
+    name = names.take(folder.name)
     try:
         if not (folder / "pairing.json").is_file():
-            raise UserError("no pairing.json: not a folder `llmbench ab --keep` wrote")
+            raise UserError("no pairing.json: not a paired A/B kept by `llmbench ab --keep` "
+                            "(an A/B in --blocks is read by `llmbench compare`)")
         base, cand = _one_run(folder / "baseline"), _one_run(folder / "candidate")
         if not base.paired_with(cand):
             raise UserError("its two runs were not paired with each other")
-        return KeptAB(folder, slug(folder.name), base, cand)
+        return KeptAB(folder, name, base, cand)
     except UserError as exc:
-        return KeptAB(folder, slug(folder.name), None, None, f"{folder}: {exc}")
+        return KeptAB(folder, name, None, None, f"{folder}: {exc}")

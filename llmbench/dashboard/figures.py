@@ -12,6 +12,7 @@ from pathlib import Path
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
+from llmbench import runs
 from llmbench.dashboard.collect import Benchmark
 from llmbench.history.plot import draw_panel
 from llmbench.history.series import run_label
@@ -72,9 +73,9 @@ def history_figure(bench: Benchmark, path: Path) -> Path:
         ax.errorbar(xs, mids, yerr=[below, above],
                     color="tab:gray", marker="o", markersize=4, capsize=2, linewidth=1)
         ax.set_xticks(xs, [run_label(p) for p in points], fontsize=7, rotation=60,
-                      ha="right", rotation_mode="anchor")
+                      ha="right", rotation_mode="anchor", parse_math=False)
         ax.set_ylabel("median (ms)")
-        ax.set_title(bench.name, fontsize=9)
+        ax.set_title(bench.name, fontsize=9, parse_math=False)  # names may hold `$`
     return _save(fig, path)
 
 
@@ -99,4 +100,35 @@ def work_figure(bench: Benchmark, path: Path) -> Path | None:
     ax.set_xticks([])
     ax.legend(fontsize=7, loc="best")
     ax.set_title("counted work per run", fontsize=9)
+    return _save(fig, path)
+
+
+def pair_ratios(baseline: runs.Run, candidate: runs.Run,
+                keys: list[str]) -> list[tuple[str, list[float]]]:
+    """Each paired benchmark's pairs as candidate/baseline ratios, by key (round i of one
+    side paired with round i of the other), named as a reader knows it."""
+    out = []
+    for key in keys:
+        b, c = baseline.benchmarks.get(key), candidate.benchmarks.get(key)
+        if b is None or c is None:
+            continue
+        pairs = zip(b.samples, c.samples, strict=False)  # a side may hold an unpaired round
+        out.append((b.name, [cs / bs for bs, cs in pairs if bs > 0 and cs > 0]))
+    return out
+
+
+def pairs_figure(ratios: list[tuple[str, list[float]]], path: Path) -> Path:
+    """Each benchmark's pairs as points on a log axis around 1 (no change)."""
+    fig = Figure(figsize=(9, 0.45 * len(ratios) + 1.2), layout="constrained")
+    ax = fig.add_subplot()
+    for row, (_, values) in enumerate(ratios):
+        # A fixed, evenly spread jitter: the same pairs always draw the same picture.
+        jitter = [row + 0.25 * math.sin(i * 2.39996) for i in range(len(values))]
+        ax.scatter(values, jitter, s=9, alpha=0.55, color="tab:blue")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(ratios)), [name for name, _ in ratios], fontsize=7,
+                  parse_math=False)
+    ax.invert_yaxis()
+    ax.set_xlabel("candidate / baseline, one point per pair of rounds (log scale)")
     return _save(fig, path)

@@ -9,14 +9,17 @@ file:// and from any static host.
 from __future__ import annotations
 
 import jinja2
-from markupsafe import escape
+from markupsafe import Markup
 
-from llmbench.dashboard.collect import Benchmark, Environment
+from llmbench.dashboard import figures
+from llmbench.dashboard.collect import Benchmark, ChangeEvent, Environment
 from llmbench.gate.render import format_seconds
 from llmbench.history import MIN_RUNS
 
-DOCS = ("docs/history.md and docs/verdicts.md in the llmbench repository (`nox -s docs` "
-        "builds them)")
+# The docs page that explains each kind of page (docs/, built by `nox -s docs`).
+DOCS = {"index": "docs/dashboard.md and docs/history.md",
+        "benchmark": "docs/dashboard.md and docs/history.md",
+        "ab": "docs/ab.md and docs/verdicts.md"}
 
 # templates/: the pages, their one style sheet and their one script, inlined by `include`.
 _ENV = jinja2.Environment(
@@ -24,40 +27,61 @@ _ENV = jinja2.Environment(
     undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 
-def seconds(value: float) -> str:
-    return format_seconds(value)
-
-
-def verdict_html(bench: Benchmark) -> str:
-    """The history's verdict on the newest run, as a coloured word and its ratio."""
+def verdict_html(bench: Benchmark) -> Markup:
+    """The history's verdict on the newest run: a coloured word, its ratio and interval."""
     if bench.judged is None:
-        return '<span class="verdict too-few-runs">too few runs</span>'
+        return Markup('<span class="verdict too-few-runs">too few runs</span>')
     word = bench.judged.newest.verdict
     ratio, low, high = bench.judged.measured()
-    shown = escape(word)
     extra = f" x{ratio:.3f} [{low:.3f}, {high:.3f}]" if ratio is not None else ""
-    return f'<span class="verdict {word.replace(" ", "-")}">{shown}</span>{extra}'
+    return Markup('<span class="verdict {}">{}</span>{}').format(
+        word.replace(" ", "-"), word, extra)
 
 
 def shifts_text(bench: Benchmark) -> str:
     if bench.judged is None:
         return ""
     r = bench.judged
-    return "; ".join(f"run {r.shift_run(s):04d}" + (f" ({r.shift_commit(s)})"
-                                                    if r.shift_commit(s) else "")
+    return "; ".join(f"run {r.shift_run(s):04d}"
+                     + (f" ({r.shift_commit(s)})" if r.shift_commit(s) else "")
                      + f" x{s.ratio:.2f}" for s in r.shifts)
 
 
+def change_words(event: ChangeEvent) -> str:
+    """What moved at a change point: each benchmark's ratio, and all of them together."""
+    parts = [f"{name} x{ratio:.2f}" for name, ratio in event.moved]
+    if event.together is not None:
+        control = (f", control workload x{event.control:.2f}"
+                   if event.control is not None else "")
+        parts.append(f"all benchmarks together x{event.together:.2f}{control}")
+    return "; ".join(parts)
+
+
+def newest_median(env: Environment, bench: Benchmark) -> str:
+    """The newest median, naming its run when the newest run lacks the benchmark."""
+    point = bench.series.points[-1]
+    shown = format_seconds(point.median_s)
+    return shown if env.runs and point.run == env.runs[-1].number else (
+        f"{shown} (run {point.run:04d})")
+
+
+def spark(env: Environment, bench: Benchmark) -> Markup:
+    points = bench.series.points
+    return Markup(figures.sparkline(
+        [p.median_s for p in points], injected=[p.run in env.injected for p in points],
+        shifts=[s.index for s in bench.judged.shifts] if bench.judged else []))
+
+
 def render(template: str, **values) -> str:
-    return _ENV.get_template(f"{template}.html").render(docs=DOCS, seconds=seconds,
-                                              min_runs=MIN_RUNS,
-                                              verdict=verdict_html, shifts=shifts_text,
-                                              **values)
+    return _ENV.get_template(f"{template}.html").render(
+        docs=DOCS[template], seconds=format_seconds, min_runs=MIN_RUNS, verdict=verdict_html,
+        shifts=shifts_text, change_words=change_words, newest_median=newest_median,
+        spark=spark, **values)
 
 
 def benchmark_rows(env: Environment, bench: Benchmark) -> tuple[list[str], list[dict]]:
-    """The runs table of a benchmark's page: each run's point, its work, and the change
-    point that starts at it."""
+    """The runs table of a benchmark's page: each run's point, its work and memory, and the
+    change point that starts at it."""
     info = {r.number: r for r in env.runs}
     sizes = next((tuple(s for s, _ in w.sizes) for w in bench.work.values() if w.sizes), ())
     starts = {}
@@ -69,8 +93,9 @@ def benchmark_rows(env: Environment, bench: Benchmark) -> tuple[list[str], list[
         run = info.get(point.run)
         work = bench.work.get(point.run)
         counts = dict(work.sizes) if work and work.sizes else {}
-        rows.append({"point": point, "when": (run.when or "")[:19].replace("T", " ") if run
-                     else "", "commit": (run.commit if run else None) or "-",
+        rows.append({"point": point,
+                     "when": (run.when or "")[:19].replace("T", " ") if run else "",
+                     "commit": (run.commit if run else None) or "-",
                      "injected": run.injected if run else "",
                      "work": [f"{counts[s]:,}" if s in counts else "-" for s in sizes],
                      "memory": _mib(bench.memory.get(point.run)),

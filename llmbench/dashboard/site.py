@@ -1,92 +1,133 @@
 """`llmbench dashboard`: write the static site of saved runs.
 
-The site is written into a fresh temporary folder beside SITE_DIR and moved into place only
-when complete, so a failed build never leaves half a site. SITE_DIR may be replaced only
-when it is empty or holds an earlier dashboard (its `dashboard.json` says so); any other
-folder is refused, since nothing saved is overwritten silently.
+The site is written into a fresh temporary folder beside SITE_DIR and swapped into place
+only when complete, so a failed build never leaves half a site nor loses the last one.
+SITE_DIR may be replaced only when it is empty or holds exactly an earlier dashboard: its
+`dashboard.json` names the files it wrote, and a folder holding anything else is refused,
+since nothing saved is overwritten silently.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import math
+import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-
-from matplotlib.backends.backend_svg import FigureCanvasSVG
-from matplotlib.figure import Figure
 
 from llmbench import gate, runs
 from llmbench.dashboard import collect, figures, pages
 from llmbench.errors import UserError
 
 MARKER = "dashboard.json"
+GENERATOR = "llmbench dashboard"
+
+
+def _files_in(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if not p.is_dir()}
 
 
 def _check_target(site: Path) -> None:
+    """Refuse a SITE_DIR that holds anything an earlier dashboard did not write."""
     if site.exists() and not site.is_dir():
         raise UserError(f"{site} is a file: pass a folder for the site")
-    if site.is_dir() and any(site.iterdir()) and not (site / MARKER).is_file():
+    if not site.is_dir() or not any(site.iterdir()):
+        return
+    try:
+        record = json.loads((site / MARKER).read_text(encoding="utf-8"))
+        written = set(record["files"]) if record.get("generator") == GENERATOR else None
+    except (OSError, ValueError, KeyError, TypeError):
+        written = None
+    if written is None:
         raise UserError(f"{site} is not empty and holds no earlier dashboard: pass a new or "
                         "empty folder, so nothing in it is overwritten")
+    others = sorted(_files_in(site) - written - {MARKER})
+    if others:
+        raise UserError(f"{site} holds files the earlier dashboard did not write "
+                        f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): "
+                        "move them out, or pass another folder")
 
 
-def _pairs_figure(result: gate.GateResult, base: runs.Run, cand: runs.Run, path: Path) -> None:
-    """Each paired benchmark's pairs, as candidate/baseline ratios on a log axis."""
-    names = [c.name for c in result.comparisons]
-    fig = Figure(figsize=(9, 0.45 * len(names) + 1.2), layout="constrained")
-    ax = fig.add_subplot()
-    by_name = {b.name: (b, cand.benchmarks.get(k)) for k, b in base.benchmarks.items()}
-    for row, name in enumerate(names):
-        b, c = by_name.get(name, (None, None))
-        if b is None or c is None:
-            continue
-        pairs = zip(b.samples, c.samples, strict=False)  # a side may hold an unpaired round
-        ratios = [cs / bs for bs, cs in pairs if bs > 0 and cs > 0]
-        jitter = [row + 0.25 * math.sin(i * 2.39996) for i in range(len(ratios))]
-        ax.scatter(ratios, jitter, s=9, alpha=0.55, color="tab:blue")
-    ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_xscale("log")
-    ax.set_yticks(range(len(names)), names, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("candidate / baseline, one point per pair of rounds (log scale)")
-    FigureCanvasSVG(fig).print_svg(str(path))
-
-
-def _write_ab(out: Path, ab: collect.KeptAB) -> str:
-    """The A/B's page; its one-line summary for the index."""
-    from llmbench.report.verdict_plot import draw_verdicts
-
-    result = gate.compare_runs(ab.baseline, ab.candidate)
-    draw_verdicts(result, out / f"ab-{ab.slug}-verdicts.png")
-    _pairs_figure(result, ab.baseline, ab.candidate, out / f"ab-{ab.slug}-pairs.svg")
-    summary = gate.summary_line(result)
-    (out / f"ab-{ab.slug}.html").write_text(pages.render(
-        "ab", title=f"A/B {ab.folder.name}", ab=ab, summary=summary,
-        comparisons=result.comparisons, base_code=runs.code_of(ab.baseline).short,
-        cand_code=runs.code_of(ab.candidate).short,
-        command=f"llmbench compare {ab.baseline.source} {ab.candidate.source}"),
-        encoding="utf-8")
-    return summary
+def _write(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
 
 
 def _write_environment(out: Path, env: collect.Environment, command: str) -> None:
     folder = out / env.slug
-    folder.mkdir()
+    (folder / "fig").mkdir(parents=True)
     for bench in env.benchmarks:
-        figures.history_figure(bench, folder / f"{bench.slug}.svg")
-        work = figures.work_figure(bench, folder / f"{bench.slug}-work.svg")
+        figures.history_figure(bench, folder / "fig" / f"{bench.slug}.history.svg")
+        work = figures.work_figure(bench, folder / "fig" / f"{bench.slug}.work.svg")
         reasons = {w.not_counted for w in bench.work.values() if w.not_counted}
+        older = [f"{r.number:04d}" for r in env.runs if r.older_format]
         sizes, rows = pages.benchmark_rows(env, bench)
-        (folder / f"{bench.slug}.html").write_text(pages.render(
+        _write(folder / f"{bench.slug}.html", pages.render(
             "benchmark", title=f"{bench.name}: {env.title}", b=bench, env=env, rows=rows,
             sizes=sizes,
             measured=bench.judged.measured() if bench.judged else (None, None, None),
-            work_figure=work.name if work else None,
-            not_counted="; ".join(sorted(reasons)), command=command), encoding="utf-8")
+            work_figure=work.name if work else None, older_format=", ".join(older),
+            not_counted="; ".join(sorted(reasons)), command=command))
+
+
+def _write_ab(folder: Path, ab: collect.KeptAB) -> str:
+    """The A/B's page in `folder`; its one-line summary for the index."""
+    from llmbench.report.verdict_plot import draw_verdicts  # matplotlib's Agg: only here
+
+    result = gate.compare_runs(ab.baseline, ab.candidate)
+    keys = [c.name for c in result.comparisons]
+    draw_verdicts(result, folder / f"{ab.slug}-verdicts.png")
+    figures.pairs_figure(figures.pair_ratios(ab.baseline, ab.candidate, keys),
+                         folder / f"{ab.slug}-pairs.svg")
+    names = {k: b.name for k, b in ab.baseline.benchmarks.items()}
+    names.update({k: b.name for k, b in ab.candidate.benchmarks.items()})
+    only = [("baseline", names.get(k, k)) for k in result.only_baseline]
+    only += [("candidate", names.get(k, k)) for k in result.only_candidate]
+    summary = gate.summary_line(result)
+    _write(folder / f"{ab.slug}.html", pages.render(
+        "ab", title=f"A/B {ab.folder.name}", ab=ab, summary=summary,
+        comparisons=result.comparisons, short_names=names, only=only,
+        base_code=runs.code_of(ab.baseline).short, cand_code=runs.code_of(ab.candidate).short,
+        command=shlex.join(["llmbench", "compare", ab.baseline.source, ab.candidate.source])))
+    return summary
+
+
+def _write_abs(out: Path, folders: Sequence[Path]) -> list[dict]:
+    names = collect.Names()
+    views = []
+    for folder in folders:
+        ab = collect.read_kept_ab(folder, names)
+        summary = ""
+        if not ab.problem:
+            (out / "ab").mkdir(exist_ok=True)
+            try:
+                summary = _write_ab(out / "ab", ab)
+            except UserError as exc:
+                ab = collect.KeptAB(ab.folder, ab.slug, None, None, f"{ab.folder}: {exc}")
+        views.append({"folder": ab.folder, "slug": ab.slug, "problem": ab.problem,
+                      "summary": summary})
+    return views
+
+
+def _publish(out: Path, site: Path) -> None:
+    """Swap the finished site into place: the earlier one aside first, removed last."""
+    umask = os.umask(0)
+    os.umask(umask)
+    out.chmod(0o777 & ~umask)  # mkdtemp's 0700 would hide the site from a web server
+    aside = None
+    if site.exists():
+        aside = Path(tempfile.mkdtemp(prefix=f".{site.name}-old-", dir=site.parent))
+        site.rename(aside / site.name)
+    try:
+        out.rename(site)
+    except OSError:
+        if aside is not None:
+            (aside / site.name).rename(site)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def build_site(baselines: Path, site: Path, *, ab_folders: Sequence[Path] = (),
@@ -95,43 +136,29 @@ def build_site(baselines: Path, site: Path, *, ab_folders: Sequence[Path] = (),
     `site`; what was written, as `dashboard.json` records it."""
     _check_target(site)
     environments = collect.read_environments(baselines, alpha=alpha)
-    abs_ = [collect.read_kept_ab(Path(f)) for f in ab_folders]
-    command = (f"llmbench dashboard {baselines} -o {site}"
-               + "".join(f" --ab {f}" for f in ab_folders))
+    argv = ["llmbench", "dashboard", str(baselines), "-o", str(site)]
+    for folder in ab_folders:
+        argv += ["--ab", str(folder)]
+    command = shlex.join(argv)
     site.parent.mkdir(parents=True, exist_ok=True)
-    out = Path(tempfile.mkdtemp(prefix=f".{site.name}-", dir=site.parent))
+    out = Path(tempfile.mkdtemp(prefix=f".{site.name}-new-", dir=site.parent))
     try:
         for env in environments:
             _write_environment(out, env, command)
-        views = []
-        for ab in abs_:
-            summary = ""
-            if not ab.problem:
-                try:
-                    summary = _write_ab(out, ab)
-                except UserError as exc:
-                    ab = collect.KeptAB(ab.folder, ab.slug, None, None, f"{ab.folder}: {exc}")
-            views.append({"folder": ab.folder, "slug": ab.slug, "problem": ab.problem,
-                          "summary": summary})
+        views = _write_abs(out, ab_folders)
         built = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        (out / "index.html").write_text(pages.render(
+        _write(out / "index.html", pages.render(
             "index", title="llmbench dashboard", environments=environments, abs=views,
-            source=str(baselines), built=built, command=command,
-            spark=lambda b: figures.sparkline(
-                [p.median_s for p in b.series.points],
-                injected=[p.run in b.injected for p in b.series.points],
-                shifts=[s.index for s in b.judged.shifts] if b.judged else []),
-            ), encoding="utf-8")
-        record = {"built": built, "source": str(baselines),
+            source=str(baselines), built=built, command=command))
+        record = {"generator": GENERATOR, "built": built, "source": str(baselines),
                   "environments": {e.slug: {"runs": len(e.runs),
                                             "benchmarks": len(e.benchmarks),
                                             "problems": e.problems} for e in environments},
                   "ab": [{"folder": str(v["folder"]), "problem": v["problem"]}
-                         for v in views]}
-        (out / MARKER).write_text(json.dumps(record, indent=1), encoding="utf-8")
-        if site.exists():
-            shutil.rmtree(site)
-        out.rename(site)
+                         for v in views],
+                  "files": sorted(_files_in(out))}
+        _write(out / MARKER, json.dumps(record, indent=1))
+        _publish(out, site)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise

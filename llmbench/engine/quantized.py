@@ -12,10 +12,10 @@ through torchao.
 Activations stay in the model's dtype. Decoding a small model is bound by reading the
 weights once per token, so fewer bytes per weight is where the speed would come from; it
 comes only where the dequantization is fused into the matmul, by a kernel made for it or
-by `torch.compile`. Measured on a 2-core AVX2 CPU (smollm2-135m, batch 1), int8 and int4
-weights on float32 activations decode *slower* than native float32, and on bfloat16
-activations they decode faster than float32: `llmbench agreement` and the engines group
-say by how much, and how far their greedy tokens stray from float32's.
+by `torch.compile`. So on a CPU, int8 and int4 weights may decode slower than native
+float32 on float32 activations and faster on bfloat16 ones (figures:
+docs/measurements/2026-12-01-engine-configurations.md): the engines group measures by how
+much on yours, and `llmbench agreement` how far their greedy tokens stray from float32's.
 
 torchao's configs can also retune inductor process-wide (`set_inductor_config`); that is
 turned off, so quantizing one model never changes how another, unquantized, compiles.
@@ -126,7 +126,7 @@ def quantize_weights(model: torch.nn.Module, weights: str, device: torch.device)
     quantize_(model, config)
     if weights == "int4":
         # Compiling int4 weights warns that their graphs cannot enter AOTAutograd's on-disk
-        # cache: true (int4 compiles cold in every process, as the README says), and
+        # cache: true (int4 compiles cold in every process, see docs/engines.md), and
         # nothing a user of llmbench can act on.
         warnings.filterwarnings("ignore", message=".*does not implement "
                                 "_stable_hash_for_caching")

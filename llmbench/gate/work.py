@@ -94,7 +94,8 @@ def counts_of(extra_info: Mapping) -> Mapping | str:
     return work
 
 
-def _size(counts: Mapping, key: str) -> int:
+def size_of(counts: Mapping, key: str) -> int:
+    """One size of a case's counts: "bytes" is what it read and wrote together."""
     if key == "bytes":
         return int(counts.get("bytes_read", 0)) + int(counts.get("bytes_written", 0))
     return int(counts.get(key) or 0)
@@ -108,7 +109,7 @@ def judge_work(name: str, baseline: Mapping, candidate: Mapping,
         which = "baseline" if isinstance(base, str) else "candidate"
         return WorkFinding(name, WorkStatus.NOT_COUNTED,
                            reason=f"{which}: {base if isinstance(base, str) else cand}")
-    sizes = tuple((shown, _size(base, key), _size(cand, key)) for key, shown in SIZES)
+    sizes = tuple((shown, size_of(base, key), size_of(cand, key)) for key, shown in SIZES)
     # None (dynamo never ran in that process) compiled nothing, as 0 says.
     compiles = tuple((shown, int(base.get(key) or 0), int(cand.get(key) or 0))
                      for key, shown in COMPILES

@@ -20,7 +20,7 @@ from llmbench.history.machine import (
     machine_shares,
     median_move,
 )
-from llmbench.history.series import History, Series
+from llmbench.history.series import History, Series, code_is_named
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,13 @@ class SeriesResult:
     def code_changed(self, shift: Shift) -> bool | None:
         """Whether any commit changed within a run of the shift (it may be placed a run off):
         False says the same code ran on both sides, so the machine moved, not the code;
-        None when a run there recorded no commit."""
+        None when a run there recorded no commit, or ran uncommitted changes (then its
+        commit does not name its code)."""
         around = self.series.points[max(0, shift.index - 2):shift.index + 2]
         commits = {p.commit for p in around}
-        return None if None in commits else len(commits) > 1
+        if not all(code_is_named(c) for c in commits):
+            return None
+        return len(commits) > 1
 
 
 @dataclass(frozen=True)

@@ -75,9 +75,9 @@ def draw_panel(ax, r: SeriesResult, relative: bool = False) -> None:
     labels = [run_label(p) for p in points]
     step = max(1, len(points) // 16)
     ax.set_xticks(xs[::step], labels[::step], fontsize=7, rotation=60, ha="right",
-                  rotation_mode="anchor")
+                  rotation_mode="anchor", parse_math=False)
     ax.set_xlabel("run and commit", fontsize=8)
-    ax.set_title(r.series.name, fontsize=9)
+    ax.set_title(r.series.name, fontsize=9, parse_math=False)  # names may hold `$`
     ax.set_ylabel(unit if relative else f"median ({unit})")
     ax.legend(fontsize=7, loc="best")
 

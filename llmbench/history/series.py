@@ -97,24 +97,30 @@ def _environment_folder(folder: Path) -> Path:
                         f"{', '.join(d.name for d in inner)}")
 
 
-def _code(run: runs.Run, injected: dict | None) -> str | None:
-    """What code a run measured: its short commit id, plus any slowdown injected on top
+def _code(run: runs.Run) -> str | None:
+    """What code a run measured: its short commit id, `+dirty` when the tree had uncommitted
+    changes (then the commit does not name the code), plus any slowdown injected on top
     (`llmbench.bench.inject`), which changes what ran without changing the commit."""
-    commit = run.commit_info.get("id")
-    if not commit:
+    code = runs.code_of(run)
+    if not code.commit:
         return None
-    slowed = (injected or {}).get("slow_down") or {}
-    return commit[:8] + "".join(f"+slow {name}x{1 + factor:g}"
-                                for name, factor in sorted(slowed.items()))
+    return (code.commit[:8] + ("+dirty" if code.dirty else "")
+            + "".join(f"+slow {name}x{1 + factor:g}" for name, factor in code.injected))
+
+
+def code_is_named(code: str | None) -> bool:
+    """Whether a point's code says exactly what ran: a commit of a clean tree."""
+    return bool(code) and "+dirty" not in code
 
 
 def run_label(point: Point) -> str:
-    """A point's run as a plot's axis says it: `7 3d12a17`, with `+slow` where `_code`
-    recorded an injected slowdown (it ran other code than its commit says)."""
+    """A point's run as a plot's axis says it: `7 3d12a17`, with `+dirty` or `+slow` where
+    `_code` recorded uncommitted changes or an injected slowdown."""
     if not point.commit:
         return str(point.run)
-    commit, injected, _ = point.commit.partition("+")
-    return f"{point.run} {commit[:7]}{'+slow' if injected else ''}"
+    commit, _, rest = point.commit.partition("+")
+    marks = "".join(f"+{mark}" for mark in ("dirty", "slow") if mark in rest)
+    return f"{point.run} {commit[:7]}{marks}"
 
 
 def _point(number: int, run: runs.Run, code: str | None, bench: runs.Benchmark) -> Point:
@@ -155,17 +161,34 @@ class Entry:
 
 
 def load_entry(path: Path) -> Entry:
-    """One saved run; a one-line `RunError` when it is damaged or of a newer format."""
+    """One saved run; a one-line `RunError` when it is damaged, of a newer format, or holds a
+    median a history cannot take the log of."""
     run = runs.run_from_json(runs.read_json(path), str(path), path=path)
-    return Entry(runs.run_number(path), run, _code(run, run.injected))
+    for bench in run.benchmarks.values():
+        if bench.samples and not bench.median_s > 0:
+            raise runs.RunError(f"{path}: {bench.name} has a median of {bench.median_s!r} s, "
+                                "which no run measures: the file is damaged")
+    try:
+        code = _code(run)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise runs.RunError(f"{path}: its commit or injected slowdowns are damaged "
+                            f"({exc})") from None
+    return Entry(runs.run_number(path), run, code)
 
 
-def history_of(where: Path, loaded: list[Entry], pattern: str | None = None) -> History:
+def history_of(where: Path, loaded: list[Entry], pattern: str | None = None, *,
+               every_benchmark: bool = False) -> History:
     """The history of runs already loaded (oldest first, one environment): each benchmark of
-    the newest run, as a series across them."""
+    the newest run, as a series across them; with `every_benchmark`, also those only older
+    runs have (their series end before the newest run, which has no verdict on them)."""
     newest = loaded[-1].run
+    references = dict(newest.benchmarks)
+    if every_benchmark:
+        for entry in reversed(loaded):  # each older key as its newest run measured it
+            for key, bench in entry.run.benchmarks.items():
+                references.setdefault(key, bench)
     series = []
-    for key, bench in newest.benchmarks.items():
+    for key, bench in references.items():
         if pattern and pattern.lower() not in bench.name.lower():
             continue
         # A run where the same name did other work (a profile since edited) is another
