@@ -234,6 +234,9 @@ def test_an_improvement_the_noise_cannot_prove_is_inconclusive_and_fails_nothing
 def test_unchanged_on_rounds_but_noisy_between_runs_is_inconclusive():
     result = gate.compare_runs(_run(1, "c" * 40), _run(2, B), history=_drifting_history(0.25))
     assert set(_verdicts(result).values()) == {Verdict.INCONCLUSIVE}
+    # More rounds cannot settle what two runs disagree on: the line points to a paired A/B.
+    line = gate.summary_line(result)
+    assert "rounds/side" not in line and "`llmbench ab cccccccc` decides" in line
 
 
 def test_a_significant_move_within_the_threshold_is_said_even_when_not_a_regression():

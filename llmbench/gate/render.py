@@ -284,6 +284,10 @@ def summary_line(result: GateResult) -> str:
         most, unit = result.rounds_needed
         per_side = "" if unit == "pairs" else "/side"
         line += f" (inconclusive is not a pass: up to ~{most} {unit}{per_side} would decide)"
+    elif n["inconclusive"] and result.code is not None and not result.same_code:
+        # Stored runs whose noise between them, not their rounds, leaves them undecided.
+        line += (" (inconclusive is not a pass: more rounds cannot settle the noise between "
+                 f"two runs; `llmbench ab {_commit(result.baseline)}` decides)")
     skipped = len(result.only_baseline) + len(result.only_candidate)
     if skipped:
         line += f"; {skipped} benchmarks in one run only, not compared"

@@ -59,6 +59,11 @@ def stored_verdict(c: Comparison, b: Between | None, alpha: float) -> Comparison
                else f"not beyond the noise between runs ({_between_words(b)})")
         return dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None,
                                    reason=f"faster on this run's rounds, but {why}")
+    if c.verdict is Verdict.INCONCLUSIVE and (b is None or not down <= b.ci_low <= b.ci_high
+                                              <= up):
+        # Rounds alone would not decide it either: the noise between runs stands in the way,
+        # which no number of rounds in one run can shrink.
+        return dataclasses.replace(c, rounds_needed=None)
     if c.verdict is Verdict.UNCHANGED and b is None:
         return dataclasses.replace(
             c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None,
