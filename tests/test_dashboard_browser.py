@@ -70,3 +70,30 @@ def test_a_benchmark_page_in_a_browser(site, browser, tmp_path):
     browser.set_window_size(1280, 1500)
     screenshot(browser, "dashboard-benchmark", tmp_path)
     browser.set_window_size(1280, 900)
+
+
+def test_a_built_site_opens_whole(browser, tmp_path):
+    """A site built elsewhere (LLMBENCH_DASHBOARD_SITE=reports/dashboard, after `nox -s
+    dashboard` on real runs): every benchmark page the index links opens, with its pictures
+    and no console error; the index and the first page are screenshotted."""
+    import os
+    from pathlib import Path
+
+    site = os.environ.get("LLMBENCH_DASHBOARD_SITE")
+    if not site:
+        pytest.skip("set LLMBENCH_DASHBOARD_SITE to a built dashboard to open it")
+    index = Path(site).resolve() / "index.html"
+    browser.get(index.as_uri())
+    assert not console_errors(browser) and not missing_assets(browser)
+    screenshot(browser, "dashboard-real-index", tmp_path)
+    links = [a.get_attribute("href") for a in
+             browser.find_elements("css selector", "tr[data-name] a")]
+    assert links, "the index lists no benchmark"
+    for i, link in enumerate(links):
+        browser.get(link)
+        assert browser.find_elements("css selector", "table.runs tbody tr"), link
+        assert not missing_assets(browser) and not console_errors(browser), link
+        if i == 0:
+            browser.set_window_size(1280, 1500)
+            screenshot(browser, "dashboard-real-benchmark", tmp_path)
+            browser.set_window_size(1280, 900)
