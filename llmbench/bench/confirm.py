@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from llmbench import runs
+from llmbench.bench import confirm_plan
 from llmbench.errors import UserError
 from llmbench.gate import GateResult, stored, summary_line
 from llmbench.gate.stats import Verdict
@@ -91,22 +92,43 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     from llmbench.ab import run_ab  # git worktrees and worker processes: only now
 
     commit = result.baseline.commit_info["id"]
+    chosen = confirm_plan.plan([c for c in result.comparisons if c.name in keys],
+                               result.baseline, result.candidate, budget_s)
     if log is not None:
         # A line of its own: pytest's progress line may not have ended yet.
-        print(f"\nllmbench: confirming {len(keys)} slower benchmark(s) by a paired A/B against "
-              f"{commit[:8]}, within {budget_s:.0f} s", file=log, flush=True)
+        left = (f"; {len(chosen.left)} more left as they are (the budget would not decide "
+                "them)" if chosen.left else "")
+        print(f"\nllmbench: confirming {len(chosen.chosen)} of {len(keys)} slower "
+              f"benchmark(s), cheapest to decide first, by a paired A/B against {commit[:8]}, "
+              f"within {budget_s:.0f} s{left}", file=log, flush=True)
     started = time.monotonic()
     try:
-        paired = run_ab(commit, budget_s=budget_s, pytest_args=[*pytest_args, *keys],
+        paired = run_ab(commit, budget_s=budget_s, pytest_args=[*pytest_args, *chosen.chosen],
                         options=dataclasses.replace(result.options, normalize=False),
                         repo=repo, candidate_args=injected_args(result.candidate), log=log)
     except UserError as exc:
         return _not_run(result, f"the paired A/B failed: {exc}", keys)
     judged = {c.name: c for c in paired.comparisons}
+    comparisons = _left_out(stored.settle(result.comparisons, judged), chosen.left, commit)
     return dataclasses.replace(
-        result, comparisons=stored.settle(result.comparisons, judged),
+        result, comparisons=comparisons,
         confirmation={"status": "ran", "against": commit,
-                      "baseline": stored.run_stamp(result.baseline), "benchmarks": list(keys),
+                      "baseline": stored.run_stamp(result.baseline),
+                      "benchmarks": list(chosen.chosen), "left": list(chosen.left),
                       "seconds": round(time.monotonic() - started, 1),
                       "summary": summary_line(paired),
                       "comparisons": [stored.comparison_json(c) for c in paired.comparisons]})
+
+
+def _left_out(comparisons, left: Sequence[str], commit: str):
+    """The candidates the budget could not decide keep their stored verdicts, saying why and
+    how to decide them."""
+    out = []
+    for c in comparisons:
+        if c.name in left:
+            c = dataclasses.replace(c, reason=(
+                f"{c.reason}; not re-measured: the confirmation's budget went to the slower "
+                f"benchmarks cheapest to decide (`llmbench ab {commit[:8]} -- -k ...` "
+                "decides it)"))
+        out.append(c)
+    return tuple(out)

@@ -179,9 +179,12 @@ def code_lines(result: GateResult) -> list[str]:
         lines.append(line)
     conf = result.confirmation
     if conf is not None and conf.get("status") == "ran":
+        left = conf.get("left") or ()
         lines.append(f"confirmed by a paired A/B against {conf.get('against', '')[:8]}: "
                      f"{len(conf.get('benchmarks', ()))} benchmarks in "
-                     f"{conf.get('seconds', 0):.0f} s; their verdicts are the A/B's")
+                     f"{conf.get('seconds', 0):.0f} s; their verdicts are the A/B's"
+                     + (f"; {len(left)} more slower benchmark(s) its budget would not "
+                        "decide keep their stored verdicts" if left else ""))
     elif conf is not None:
         lines.append(f"not confirmed by a paired A/B: {conf.get('why')}")
     return lines

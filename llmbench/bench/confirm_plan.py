@@ -1,0 +1,108 @@
+"""Which slower benchmarks the confirmation's budget can decide, cheapest to decide first.
+
+A paired A/B shares its budget equally among the benchmarks it is given. Handed every
+slower benchmark of a run (a slowdown in the decode loop makes a dozen of them slower), each
+gets a share too small for the pairs a regression needs (12 at the least), and the A/B
+decides none: the run ends "not confirmed" although the slowdown is real. So the
+confirmation re-measures only the candidates its budget can decide, chosen by what each is
+expected to cost: the pairs it needs (from its stored ratio's margin over the threshold and
+its rounds' spread, as a power calculation at the design's per-look level) times a pair's
+time (both sides' rounds), plus compiling on both sides for a compiled case. The others
+keep their stored verdict ("not confirmed"), and the line says which were left out and how
+to decide them. One confirmed regression already fails the run; the rest only name more.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llmbench import runs
+from llmbench.gate.sequential import DEFAULT_MAX_PAIRS, Design
+from llmbench.gate.stats import Comparison
+
+# A pair costs both rounds and the turn-taking around them (the worker's handshake, the
+# round's own output check): a margin on the two rounds' time.
+PAIR_OVERHEAD = 1.3
+# Starting both sides (collection, loading the model in turn, warm-up) beyond what the runs
+# recorded for loading and warming, and moving from one benchmark to the next.
+START_S, BETWEEN_S = 15.0, 3.0
+POWER = 0.8
+# 8 pairs all one way give p = 2/2^8, which times the looks is above alpha: a regression is
+# decided at the second look at the earliest.
+FEWEST_FOR_REGRESSION = 12
+
+
+@dataclass(frozen=True)
+class Estimate:
+    name: str
+    pairs: int  # the look it is expected to be decided at
+    seconds: float  # its pairs and any compiling, on both sides
+
+    def describe(self) -> str:
+        return f"{self.name} (~{self.pairs} pairs, ~{self.seconds:.0f} s)"
+
+
+@dataclass(frozen=True)
+class Plan:
+    chosen: tuple[str, ...]  # to re-measure, cheapest to decide first
+    left: tuple[str, ...]  # not within the budget: they keep their stored verdicts
+    estimates: dict[str, Estimate]
+    start_s: float
+
+
+def _log_sd(samples: Sequence[float]) -> float:
+    logs = [math.log(s) for s in samples if s > 0]
+    return statistics.stdev(logs) if len(logs) > 1 else 0.0
+
+
+def pairs_needed(c: Comparison, base: runs.Benchmark, cand: runs.Benchmark,
+                 design: Design, benchmarks: int) -> int:
+    """The look at which a paired A/B is expected to call `c` a regression: the pairs for
+    the interval of the pairs' log-ratios to clear 1 + threshold, at the spread of the two
+    runs' rounds (a pair's log-ratio spreads by about sqrt(2) times one round's)."""
+    margin = math.log(c.ratio) - math.log(1 + c.threshold)
+    if margin <= 0:
+        return DEFAULT_MAX_PAIRS
+    spread = math.sqrt(2) * max(_log_sd(base.samples), _log_sd(cand.samples), 1e-3)
+    z = statistics.NormalDist().inv_cdf(1 - design.look_alpha / (2 * max(1, benchmarks)))
+    n = math.ceil(((z + statistics.NormalDist().inv_cdf(POWER)) * spread / margin) ** 2)
+    return next((look for look in design.looks if look >= max(n, FEWEST_FOR_REGRESSION)),
+                design.looks[-1])
+
+
+def _compile_s(bench: runs.Benchmark) -> float:
+    compiled = bench.extra_info.get("compile")
+    seconds = compiled.get("warmup_s") if isinstance(compiled, dict) else None
+    return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else 0.0
+
+
+def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.Run,
+         budget_s: float, design: Design | None = None) -> Plan:
+    """The candidates to re-measure within `budget_s`: by expected cost, cheapest first,
+    while they fit; the cheapest always, so a small budget still tries one."""
+    design = design or Design()
+    load = sum(float(v) for v in (candidate.info.get("load_s"), candidate.info.get("warmup_s"))
+               if isinstance(v, (int, float)))
+    start = START_S + 2 * load  # the two sides load and warm up one after the other
+    estimates = {}
+    for c in candidates:
+        base, cand = baseline.benchmarks.get(c.name), candidate.benchmarks.get(c.name)
+        if base is None or cand is None:
+            continue
+        n = pairs_needed(c, base, cand, design, len(candidates))
+        round_s = max(base.median_s, cand.median_s)
+        seconds = n * 2 * round_s * PAIR_OVERHEAD + 2 * _compile_s(cand) + BETWEEN_S
+        estimates[c.name] = Estimate(c.name, n, seconds)
+    order = sorted(estimates.values(), key=lambda e: e.seconds)
+    chosen, left, spent = [], [], start
+    for estimate in order:
+        if not chosen or spent + estimate.seconds <= budget_s:
+            chosen.append(estimate.name)
+            spent += estimate.seconds
+        else:
+            left.append(estimate.name)
+    left += [c.name for c in candidates if c.name not in estimates]
+    return Plan(tuple(chosen), tuple(left), estimates, start)

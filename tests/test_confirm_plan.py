@@ -1,0 +1,107 @@
+"""Which slower benchmarks the confirmation re-measures: those its budget can decide,
+cheapest to decide first (llmbench.bench.confirm_plan), on seeded synthetic runs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from gate_runs import make_run
+
+from llmbench import gate
+from llmbench.bench import confirm, confirm_plan
+from llmbench.gate.sequential import Design
+from llmbench.gate.stats import Verdict
+from llmbench.runs import run_from_json
+
+A, B = "a" * 40, "b" * 40
+CHEAP = "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]"
+DEAR = "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=128]"
+
+
+def _run(seed, commit, *, factors=None, scale=1.0, compile_s=None, load_s=2.0):
+    data = make_run(seed, factors=factors)
+    data["commit_info"] = {"id": commit, "dirty": False}
+    data["llmbench"].update(load_s=load_s, warmup_s=load_s)
+    for bench in data["benchmarks"]:
+        bench["stats"]["data"] = [x * scale for x in bench["stats"]["data"]]
+        bench["stats"]["median"] *= scale
+        if compile_s is not None and bench["fullname"] == DEAR:
+            bench["extra_info"]["compile"] = {"warmup_s": compile_s, "graphs": 1}
+    return run_from_json(data, f"run{seed}")
+
+
+def _candidates(base, cand):
+    result = gate.compare_runs(base, cand)
+    return [c for c in result.comparisons if c.verdict is Verdict.NOT_CONFIRMED]
+
+
+def test_a_larger_margin_over_the_threshold_needs_fewer_pairs():
+    base = _run(1, A)
+    design = Design()
+    bench = base.benchmarks[CHEAP]
+    c = next(c for c in _candidates(base, _run(2, B, factors={"decode": 1.5}))
+             if c.name == CHEAP)
+    far = confirm_plan.pairs_needed(c, bench, bench, design, 2)
+    near = confirm_plan.pairs_needed(dataclasses.replace(c, ratio=1.13), bench, bench, design, 2)
+    assert confirm_plan.FEWEST_FOR_REGRESSION <= far < near
+    within = confirm_plan.pairs_needed(dataclasses.replace(c, ratio=1.05), bench, bench,
+                                       design, 2)
+    assert within == design.max_pairs  # a ratio inside the threshold cannot be confirmed
+
+
+def test_the_cheapest_to_decide_go_first_and_the_budget_holds():
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    candidates = _candidates(base, cand)
+    assert {c.name for c in candidates} == {CHEAP, DEAR}
+    wide = confirm_plan.plan(candidates, base, cand, budget_s=100_000)
+    assert set(wide.chosen) == {CHEAP, DEAR} and not wide.left
+    costs = wide.estimates
+    cheap, dear = sorted(costs.values(), key=lambda e: e.seconds)
+    tight = confirm_plan.plan(candidates, base, cand,
+                              budget_s=wide.start_s + cheap.seconds + dear.seconds / 2)
+    assert tight.chosen == (cheap.name,) and tight.left == (dear.name,)
+    # A budget too small for anything still tries the cheapest one.
+    tiny = confirm_plan.plan(candidates, base, cand, budget_s=1)
+    assert tiny.chosen == (cheap.name,)
+
+
+def test_compiling_counts_on_both_sides():
+    base = _run(1, A)
+    plain = confirm_plan.plan(_candidates(base, _run(2, B, factors={"decode": 1.5})), base,
+                              _run(2, B, factors={"decode": 1.5}), budget_s=1000)
+    cand = _run(2, B, factors={"decode": 1.5}, compile_s=30)
+    compiled = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=1000)
+    assert compiled.estimates[DEAR].seconds == pytest.approx(
+        plain.estimates[DEAR].seconds + 60)
+    assert compiled.chosen[0] == CHEAP
+
+
+def test_the_confirmation_re_measures_the_chosen_and_names_the_rest(monkeypatch):
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    calls = []
+
+    def fake_ab(rev, **kw):
+        calls.append(kw["pytest_args"])
+        stored = gate.compare_runs(base, cand)
+        keys = [k for k in kw["pytest_args"] if "::" in k]
+        return dataclasses.replace(stored, code=None, comparisons=tuple(
+            dataclasses.replace(c, verdict=Verdict.REGRESSION, n_pairs=18, reason="paired")
+            for c in stored.comparisons if c.name in keys))
+
+    monkeypatch.setattr("llmbench.ab.run_ab", fake_ab)
+    result = gate.compare_runs(base, cand)
+    wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
+    cheap = min(wide.estimates.values(), key=lambda e: e.seconds)
+    budget = wide.start_s + cheap.seconds + 1
+    confirmed = confirm.confirm(result, pytest_args=["--model=tiny"], budget_s=budget)
+    assert [a for a in calls[0] if "::" in a] == [cheap.name]
+    verdicts = {c.name: c for c in confirmed.comparisons}
+    assert verdicts[cheap.name].verdict is Verdict.REGRESSION
+    other = (set(wide.estimates) - {cheap.name}).pop()
+    assert verdicts[other].verdict is Verdict.NOT_CONFIRMED
+    assert "not re-measured: the confirmation's budget went to" in verdicts[other].reason
+    assert confirmed.confirmation["left"] == [other]
+    assert ("1 more slower benchmark(s) its budget would not decide keep their stored "
+            "verdicts") in gate.render_text(confirmed)
+    assert confirmed.exit_code == 1  # one confirmed regression fails the run
