@@ -67,7 +67,6 @@ def _write_environment(out: Path, env: collect.Environment, command: str) -> Non
         _write(folder / f"{bench.slug}.html", pages.render(
             "benchmark", title=f"{bench.name}: {env.title}", b=bench, env=env, rows=rows,
             sizes=sizes,
-            measured=bench.judged.measured() if bench.judged else (None, None, None),
             work_figure=work.name if work else None, older_format=", ".join(older),
             not_counted="; ".join(sorted(reasons)), command=command))
 
