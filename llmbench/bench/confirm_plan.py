@@ -41,9 +41,6 @@ class Estimate:
     pairs: int  # the look it is expected to be decided at
     seconds: float  # its pairs and any compiling, on both sides
 
-    def describe(self) -> str:
-        return f"{self.name} (~{self.pairs} pairs, ~{self.seconds:.0f} s)"
-
 
 @dataclass(frozen=True)
 class Plan:
