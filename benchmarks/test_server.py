@@ -38,10 +38,16 @@ def _median_of(results, metric: str, percentile: str = "p50") -> float | None:
 
 
 def _stream_summary(results) -> dict:
-    """Client-side TTFT and ITL: each round's percentile, then the median over rounds."""
+    """Client-side TTFT and ITL: each round's percentile, then the median over rounds. Beside
+    them the server's own decode pace for the same requests, and their ratio (the serving
+    overhead: what HTTP, streaming and the event loop add to each token), when the server
+    reports its decode (llmbench's native API does)."""
+    overheads = [r.serving_overhead for r in results if r.serving_overhead is not None]
     return {"ttft_ms": _median_of(results, "ttft_ms"), "itl_ms": _median_of(results, "itl_ms"),
             "itl_p90_ms": _median_of(results, "itl_ms", "p90"),
-            "tpot_ms": _median_of(results, "tpot_ms")}
+            "tpot_ms": _median_of(results, "tpot_ms"),
+            "server_decode_ms": _median_of(results, "server_decode_ms"),
+            "serving_overhead": statistics.median(overheads) if overheads else None}
 
 
 @pytest.mark.benchmark(group="server-generate")

@@ -120,7 +120,20 @@ def test_summary_percentiles_and_errors():
         4, 1, ["HTTP 503: busy"])
     assert summary["errors_by_reason"] == {"HTTP 503": 1} and not summary["is_mostly_failed"]
     assert result.token_throughput == 6.0 and result.request_throughput == 2.0
+    assert summary["server_decode_ms"] is None and summary["serving_overhead"] is None
+    assert "serving overhead" not in summary_line(summary)  # the server did not say
     json.dumps(result.to_dict())
+
+
+def test_serving_overhead_is_the_clients_itl_over_the_servers_own_decode():
+    config = LoadConfig(url="http://127.0.0.1:1", concurrency=1, num_requests=2)
+    samples = tuple(RequestSample(latency_s=1.0, ttft_s=0.1, itl_s=(0.012, 0.012, 0.018),
+                                  output_tokens=4, counted_by="server", tokenizer_tokens=4,
+                                  server_decode_s=d) for d in (0.010, 0.010))
+    summary = LoadResult(config, SamplingParams(), 1.0, samples).summary()
+    assert summary["server_decode_ms"]["p50"] == pytest.approx(10.0)
+    assert summary["serving_overhead"] == pytest.approx(1.2)
+    assert "serving overhead x1.20" in summary_line(summary)
 
 
 # -- judging answers ---------------------------------------------------------------------
@@ -392,7 +405,10 @@ def test_run_load_against_the_live_tiny_server(live, lm, api):
         assert sample.tokenizer_tokens >= 1
         assert len(sample.itl_s) == sample.tokenizer_tokens - 1
         assert 0 < sample.ttft_s <= sample.latency_s
+        # Only the native `done` event carries the server's own decode pace.
+        assert (sample.server_decode_s is not None) == (api == "native")
     assert result.summary()["ttft_ms"]["p99"] >= result.summary()["ttft_ms"]["p50"]
+    assert (result.serving_overhead is not None) == (api == "native")
 
 
 def test_unreachable_server_counts_errors(lm):

@@ -3,6 +3,7 @@ real uvicorn server, batched equality over HTTP, disconnects, and a no-500 fuzz.
 
 import asyncio
 import json
+import statistics
 import time
 
 import httpx
@@ -178,6 +179,9 @@ def test_generate_equals_the_engine_and_reports_timings(client, lm):
     assert (body["input_tokens"], body["output_tokens"], body["finish_reason"]) == (
         expected.input_tokens, 6, "length")
     assert 0 < body["ttft_ms"] <= body["latency_ms"] and body["tokens_per_second"] > 0
+    assert 0 < body["decode_ms_per_token"] < body["latency_ms"]
+    one = client.post("/generate", json={"prompt": "Hi", "max_new_tokens": 1}).json()
+    assert one["output_tokens"] == 1 and one["decode_ms_per_token"] is None  # no gap to time
 
 
 def test_stream_frames_one_event_per_token_then_done(client):
@@ -194,6 +198,9 @@ def test_stream_frames_one_event_per_token_then_done(client):
     metrics = json.loads(done["data"])
     assert metrics["output_tokens"] == 7 and metrics["finish_reason"] == "length"
     assert metrics["ttft_ms"] == times[0]
+    # The server's own pace: the median gap between the token times it streamed.
+    assert metrics["decode_ms_per_token"] == pytest.approx(
+        statistics.median(b - a for a, b in zip(times, times[1:])), rel=1e-6)
     whole = client.post("/generate", json=request).json()
     assert "".join(d["text"] for d in data) + metrics["text"] == whole["text"]
     assert [d["token_id"] for d in data] == whole["token_ids"]

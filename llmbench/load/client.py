@@ -171,7 +171,12 @@ def _sample(stream: Stream, count_tokens: Callable[[str], int], config: LoadConf
         output_tokens=tokens if reported is None else reported,
         counted_by="tokenizer" if reported is None else "server", tokenizer_tokens=tokens,
         server_output_tokens=reported, input_tokens=stream.server.get(key_in),
+        server_decode_s=_seconds(stream.server.get("decode_ms_per_token")),
         num_chunks=len(stream.chunks)), params)
+
+
+def _seconds(ms) -> float | None:
+    return ms / 1e3 if isinstance(ms, int | float) and not isinstance(ms, bool) else None
 
 
 def _failure(exc: Exception, latency_s: float) -> RequestSample:

@@ -84,6 +84,9 @@ class RequestSample:
     tokenizer_tokens: int = 0  # the received text's tokens by the tokenizer (ITL's count)
     server_output_tokens: int | None = None  # as the server reported them
     input_tokens: int | None = None  # as the server reported them
+    # The server's own median time between this request's tokens where the model made them
+    # (llmbench's native `done` event reports it; other servers do not).
+    server_decode_s: float | None = None
     num_chunks: int = 0
     reason: str | None = None
     error: str | None = None
@@ -167,6 +170,20 @@ class LoadResult:
         return [s.tpot_s for s in self.ok if s.tpot_s is not None]
 
     @property
+    def server_decode_s(self) -> list[float]:
+        return [s.server_decode_s for s in self.ok if s.server_decode_s is not None]
+
+    @property
+    def serving_overhead(self) -> float | None:
+        """ITL p50 seen by the client over the server's own decode p50 for the same
+        requests: what HTTP, streaming and the event loop add to each token (1.0: nothing).
+        None when the server does not report its decode."""
+        itl, decode = self.itl_s, self.server_decode_s
+        if not itl or not decode or float(np.median(decode)) <= 0:
+            return None
+        return float(np.median(itl) / np.median(decode))
+
+    @property
     def latency_s(self) -> list[float]:
         return [s.latency_s for s in self.ok]
 
@@ -196,6 +213,8 @@ class LoadResult:
                 "tokens_counted_by": dict(Counter(s.counted_by for s in self.ok)),
                 "ttft_ms": _summary(self.ttft_s), "itl_ms": _summary(self.itl_s),
                 "tpot_ms": _summary(self.tpot_s), "latency_ms": _summary(self.latency_s),
+                "server_decode_ms": _summary(self.server_decode_s),
+                "serving_overhead": self.serving_overhead,
                 "errors": sorted({s.error for s in self.samples if s.error})}
 
     def to_dict(self) -> dict:
@@ -227,4 +246,6 @@ def summary_line(summary: dict) -> str:
             f"{summary['token_throughput']:.1f} tokens/s, "
             f"{summary['request_throughput']:.2f} req/s; ms p50/p99: TTFT {ms('ttft_ms')}, "
             f"ITL {ms('itl_ms')}, TPOT {ms('tpot_ms')}, latency {ms('latency_ms')}"
-            + (f"; tokens counted by {by}" if by else ""))
+            + (f"; tokens counted by {by}" if by else "")
+            + (f"; serving overhead x{overhead:.2f} (ITL p50 / the server's own decode p50)"
+               if (overhead := summary.get("serving_overhead")) is not None else ""))

@@ -54,14 +54,20 @@ def _verdict_cells(c, other_work: str | None = None) -> list[str]:
     return [fmt_seconds(c.baseline_median), f"{c.ratio:.3f} [{c.ci_low:.3f}, {high}]", verdict]
 
 
+# Metrics a case may record beside its time (extra_info), as report columns: key, heading,
+# format. The serving overhead is the client's ITL over the server's own decode pace.
+EXTRA_COLUMNS = (("ttft_ms", "TTFT (ms)", ",.1f"), ("itl_ms", "ITL (ms)", ",.1f"),
+                 ("serving_overhead", "serving overhead (×)", ".2f"))
+
+
 def group_table(benches: list[Benchmark], result: gate.GateResult | None) -> list[str]:
     """One markdown table for one group's benchmarks."""
     per_prompt = benches[0].group in PROMPT_RATE_GROUPS
-    extras = [(k, label) for k, label in (("ttft_ms", "TTFT (ms)"), ("itl_ms", "ITL (ms)"))
+    extras = [(k, label, f) for k, label, f in EXTRA_COLUMNS
               if any(b.metric(k) is not None for b in benches)]
     head = ["benchmark", "rounds", "median", "IQR",
             *(["prompt tokens/s", "ms/prompt token"] if per_prompt else ["tokens/s", "ms/token"]),
-            *(label for _, label in extras)]
+            *(label for _, label, _ in extras)]
     align = ["---"] + ["---:"] * (len(head) - 1)
     if result is not None:
         head += ["baseline median", "ratio [CI]", "verdict"]
@@ -69,12 +75,12 @@ def group_table(benches: list[Benchmark], result: gate.GateResult | None) -> lis
         by_key = {c.name: c for c in result.comparisons}
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for b in benches:
-        metrics = [b.metric(k) for k, _ in extras]
+        metrics = [(b.metric(k), f) for k, _, f in extras]
         name = b.name.replace("|", "\\|")
         row = [f"`{name}`", str(b.rounds), fmt_seconds(b.median_s),
                fmt_seconds(b.iqr_s), *(_fmt(v, d) for v, d in zip(_rates(b, per_prompt), (1, 2),
                                                                    strict=True)),
-               *("–" if m is None else f"{m[0]:,.1f}" for m in metrics)]
+               *("–" if m is None else format(m[0], f) for m, f in metrics)]
         if result is not None:
             row += _verdict_cells(by_key.get(b.key), result.other_work.get(b.key))
         lines.append("| " + " | ".join(row) + " |")

@@ -83,6 +83,7 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
             "ttft_ms": 1e3 * (first.time_s + offset) if first else None,
             "latency_ms": 1e3 * latency,
             "tokens_per_second": outcome.output_tokens / latency if latency > 0 else 0.0,
+            "decode_ms_per_token": request.decode_ms_per_token,
             "finish_reason": outcome.finish_reason})
 
     @app.head("/health")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import statistics
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -49,6 +50,9 @@ class Request:
         self._cancelled = threading.Event()
         self._wake = lambda: None  # set by the scheduler
         self.outcome: Outcome | None = None  # set (by the scheduler) just before delivery
+        # When each token left the model (seconds since submit), as the scheduler saw it:
+        # the engine's own pace for this request, before any HTTP or streaming.
+        self.token_times: list[float] = []
 
     @property
     def is_cancelled(self) -> bool:
@@ -59,7 +63,16 @@ class Request:
         self._cancelled.set()
         self._wake()
 
+    @property
+    def decode_ms_per_token(self) -> float | None:
+        """The median time between this request's consecutive tokens where the model made
+        them (the scheduler's steps, batch and admissions included); None below 2 tokens."""
+        gaps = [b - a for a, b in zip(self.token_times, self.token_times[1:])]
+        return 1e3 * statistics.median(gaps) if gaps else None
+
     def _put(self, item: TokenEvent | Outcome) -> None:
+        if isinstance(item, TokenEvent):
+            self.token_times.append(item.time_s)
         if self._loop is None:
             self._items.put(item)
             return

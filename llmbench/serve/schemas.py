@@ -266,6 +266,11 @@ class GenerateResponse(BaseModel):
     ttft_ms: float = Field(description="time to the first token")
     latency_ms: float = Field(description="time to the last token")
     tokens_per_second: float = Field(description="output_tokens / latency")
+    decode_ms_per_token: float | None = Field(
+        description="the median time between this request's consecutive tokens as the model "
+                    "made them, inside the server (no HTTP): the engine's pace, against which "
+                    "a client's inter-token latency shows the serving overhead; null below 2 "
+                    "tokens")
     finish_reason: str = Field(description='"stop" (end of sequence) or "length"')
     latency_s: float = Field(description="latency_ms in seconds")
     timing: Timing = Field(description="ttft_ms and latency_ms again")
