@@ -1,5 +1,7 @@
 """The continuous-batching scheduler: batched outputs equal single-request outputs, requests
-join a running batch, cancellation frees the slot, and the edge cases of finishing."""
+join a running batch, cancellation frees the slot, and the edge cases of finishing. Every
+test runs on each kind of running batch: growing caches, a static cache's slots, and those
+slots decoded by compiled steps."""
 
 import dataclasses
 import time
@@ -15,16 +17,36 @@ from llmbench.serve.request import Outcome
 from llmbench.serve.scheduler import Scheduler, SchedulerFull
 
 
+# Compiled steps share dynamo's caches with the other compiling tests: one worker runs them.
+pytestmark = pytest.mark.xdist_group("compile-or-paired-timing")
+# Slots long enough for the longest request below (4000 new tokens, cancelled early).
+MAX_CONTEXT = 4200
+
+
 @pytest.fixture(scope="module")
-def lm():
-    """The tiny random model: real tokenizer, ~1 s to load, wide greedy margins."""
+def reference():
+    """The tiny random model: real tokenizer, ~1 s to load, wide greedy margins; decoding
+    each request alone on the eager loop gives the tokens every batch must reproduce."""
     return load_model(EngineConfig(model="tiny", device="cpu"))
+
+
+@pytest.fixture(scope="module", params=["dynamic", "static", "compiled"])
+def lm(request, reference):
+    """The same model served on each kind of batch."""
+    if request.param == "dynamic":
+        return reference
+    return load_model(EngineConfig(model="tiny", device="cpu", kv_cache="static",
+                                   compile=request.param == "compiled"))
+
+
+def _scheduler(lm, **kw) -> Scheduler:
+    return Scheduler(lm, max_context=MAX_CONTEXT, **kw)
 
 
 @pytest.fixture
 def scheduler(lm):
     """A started scheduler with room for 8 rows, closed after the test."""
-    s = Scheduler(lm, max_batch_size=8, max_waiting=64)
+    s = _scheduler(lm, max_batch_size=8, max_waiting=64)
     s.start()
     yield s
     s.close()
@@ -54,9 +76,9 @@ def _workload(lm, count: int):
     return prompts, params
 
 
-def test_sixteen_concurrent_greedy_requests_equal_each_served_alone(lm, scheduler):
+def test_sixteen_concurrent_greedy_requests_equal_each_served_alone(lm, reference, scheduler):
     prompts, params = _workload(lm, 16)
-    alone = [generate(lm, p, sp).token_ids for p, sp in zip(prompts, params, strict=True)]
+    alone = [generate(reference, p, sp).token_ids for p, sp in zip(prompts, params, strict=True)]
     first = [scheduler.submit(p, sp) for p, sp in zip(prompts[:6], params[:6], strict=True)]
     # The rest arrive once the first batch is decoding, so they join a running batch, and
     # more than max_batch_size are in flight, so some wait for a free slot.
@@ -72,17 +94,17 @@ def test_sixteen_concurrent_greedy_requests_equal_each_served_alone(lm, schedule
     _wait_until(lambda: scheduler.num_active == 0, "the batch to empty")
 
 
-def test_seeded_sampling_in_a_batch_equals_sampling_alone(lm, scheduler):
+def test_seeded_sampling_in_a_batch_equals_sampling_alone(lm, reference, scheduler):
     prompts, _ = _workload(lm, 4)
     sampled = SamplingParams(max_new_tokens=12, temperature=0.8, top_k=50, top_p=0.9, seed=7,
                              ignore_eos=True)
     greedy = SamplingParams(max_new_tokens=12, ignore_eos=True)
-    expected = generate(lm, prompts[0], sampled).token_ids
+    expected = generate(reference, prompts[0], sampled).token_ids
     requests = [scheduler.submit(prompts[0], sampled)]
     requests += [scheduler.submit(p, greedy) for p in prompts[1:]]
     assert tuple(_drain(requests[0])[0]) == expected
     for request, prompt in zip(requests[1:], prompts[1:], strict=True):
-        assert tuple(_drain(request)[0]) == generate(lm, prompt, greedy).token_ids
+        assert tuple(_drain(request)[0]) == generate(reference, prompt, greedy).token_ids
 
 
 def test_cancel_frees_the_slot_and_the_scheduler_keeps_serving(lm, scheduler):
@@ -101,12 +123,12 @@ def test_cancel_frees_the_slot_and_the_scheduler_keeps_serving(lm, scheduler):
     assert len(tokens) == 4 and outcome.finish_reason == "length"
 
 
-def test_eos_finishes_with_stop_unless_ignored(lm):
+def test_eos_finishes_with_stop_unless_ignored(lm, reference):
     prompt = encode(lm.tokenizer, "Hello", chat=True)
-    first = generate(lm, prompt, SamplingParams(max_new_tokens=1)).token_ids[0]
+    first = generate(reference, prompt, SamplingParams(max_new_tokens=1)).token_ids[0]
     # Pretend the model's first greedy token is its EOS.
     eos_lm = dataclasses.replace(lm, eos_token_ids=frozenset({first}))
-    scheduler = Scheduler(eos_lm, max_batch_size=2, max_waiting=4)
+    scheduler = _scheduler(eos_lm, max_batch_size=2, max_waiting=4)
     try:
         tokens, outcome = _drain(scheduler.submit(prompt, SamplingParams(max_new_tokens=5)))
         assert (tokens, outcome.finish_reason) == ([first], "stop")
@@ -125,7 +147,7 @@ def test_single_token_requests_never_join_the_batch(lm, scheduler):
 
 
 def test_submit_rejects_what_cannot_fit_or_wait(lm):
-    scheduler = Scheduler(lm, max_batch_size=1, max_waiting=0)
+    scheduler = _scheduler(lm, max_batch_size=1, max_waiting=0)
     try:
         with pytest.raises(UserError, match="exceeds the model's context of 8192 tokens"):
             scheduler.submit([1] * 8190, SamplingParams(max_new_tokens=3))
@@ -140,7 +162,7 @@ def test_submit_rejects_what_cannot_fit_or_wait(lm):
 
 
 def test_close_ends_running_requests_as_cancelled(lm):
-    scheduler = Scheduler(lm, max_batch_size=2, max_waiting=4)
+    scheduler = _scheduler(lm, max_batch_size=2, max_waiting=4)
     request = scheduler.submit([1, 2, 3], SamplingParams(max_new_tokens=4000, ignore_eos=True))
     items = iter(request)
     next(items)

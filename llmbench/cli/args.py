@@ -51,16 +51,18 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                              "yours. Default: %(default)r")
 
 
-def add_cache_argument(parser: argparse.ArgumentParser) -> None:
-    """--cache and --compile, for the commands whose generations run on our loop or
-    `model.generate` (the server's continuous batching always grows dynamic caches)."""
+def add_cache_argument(parser: argparse.ArgumentParser, *, static: str =
+                       "preallocated for the prompt plus --max-new-tokens",
+                       compiled: str = "the first generation of each shape includes "
+                                       "compiling") -> None:
+    """--cache and --compile; `static` and `compiled` say what they mean to this command."""
     parser.add_argument("--cache", dest="kv_cache", choices=KV_CACHES,
                         default=default_of(EngineConfig, "kv_cache"),
-                        help="the KV cache: dynamic grows each step; static is preallocated "
-                             "for the prompt plus --max-new-tokens. Default: %(default)r")
+                        help=f"the KV cache: dynamic grows each step; static is {static}. "
+                             "Default: %(default)r")
     parser.add_argument("--compile", action="store_true",
-                        help="torch.compile the decode steps (needs --cache static); the "
-                             "first generation of each shape includes compiling")
+                        help=f"torch.compile the decode steps (needs --cache static); "
+                             f"{compiled}")
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:

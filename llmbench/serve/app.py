@@ -58,7 +58,8 @@ from llmbench.serve.streaming import event_stream, sse
 def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
     """The app for `lm`; its scheduler (`app.state.scheduler`) starts on the first request
     or at startup, and stops at shutdown."""
-    scheduler = Scheduler(lm, settings.max_batch_size, settings.max_waiting)
+    scheduler = Scheduler(lm, settings.max_batch_size, settings.max_waiting,
+                          settings.max_context)
     generations = Generations(lm, scheduler)
     schemas = request_models(settings.max_new_tokens_cap)
     GenerateRequest = schemas["generate"]  # noqa: N806 - a class
@@ -92,6 +93,7 @@ def create_app(lm: LoadedModel, settings: ServerSettings) -> FastAPI:
         """Liveness, and what is being served (HEAD: the status alone)."""
         return {"status": "ok", "model": lm.name, "fingerprint": lm.fingerprint,
                 "device": str(lm.device), "dtype": str(lm.dtype).removeprefix("torch."),
+                "kv_cache": lm.kv_cache, "compiled": lm.compiled_decoder is not None,
                 "max_batch_size": settings.max_batch_size, "active": scheduler.num_active,
                 "waiting": scheduler.num_waiting}
 

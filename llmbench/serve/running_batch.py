@@ -35,7 +35,7 @@ Finish = Callable[[Request, str, int, str | None], None]
 
 
 @dataclass
-class _Row:
+class Row:
     """A running sequence: its request, next position and generated tokens."""
 
     request: Request
@@ -51,7 +51,7 @@ class RunningBatch:
     def __init__(self, lm: LoadedModel, finish: Finish):
         self.lm = lm
         self._finish = finish
-        self._rows: list[_Row] = []
+        self._rows: list[Row] = []
         self._cache = None  # [batch, heads, seq, dim] keys and values per layer
         self._mask: torch.Tensor | None = None  # [batch, seq]: 0 marks left padding
 
@@ -85,9 +85,9 @@ class RunningBatch:
         generator = sampling_generator(request.params, device)
         token = int(sample_next(logits, request.params, generator)[0])
         now = device_clock(device)
-        row = _Row(request, generator, position=ids.shape[1], last_token=token,
+        row = Row(request, generator, position=ids.shape[1], last_token=token,
                    num_generated=0)
-        if self._emit(row, token, now):
+        if emit(self.lm, self._finish, row, token, now):
             return
         mask = torch.ones_like(ids)
         if self._cache is None:
@@ -114,7 +114,7 @@ class RunningBatch:
         keep = []
         for index, row in enumerate(self._rows):
             row.position += 1
-            if not self._emit(row, sampled.get(index, greedy[index]), now):
+            if not emit(self.lm, self._finish, row, sampled.get(index, greedy[index]), now):
                 keep.append(index)
         if len(keep) < len(self._rows):
             self._keep_rows(keep)
@@ -136,24 +136,26 @@ class RunningBatch:
             self._finish(row.request, reason, row.num_generated, error)
         self._rows, self._cache, self._mask = [], None, None
 
-    def _emit(self, row: _Row, token_id: int, now: float) -> bool:
-        """Hand one token (sampled at `now`) to its request; True when the row is finished."""
-        request = row.request
-        request._put(TokenEvent(row.num_generated, token_id, now - request.submitted_at))
-        row.num_generated += 1
-        row.last_token = token_id
-        params = request.params
-        if ends_sequence(self.lm, token_id, params):
-            self._finish(request, "stop", row.num_generated, None)
-            return True
-        if row.num_generated >= params.max_new_tokens:
-            self._finish(request, "length", row.num_generated, None)
-            return True
-        return False
-
     def _keep_rows(self, keep: list[int]) -> None:
         self._rows = [self._rows[i] for i in keep]
         if not keep:
             self._cache, self._mask = None, None
             return
         self._cache, self._mask = keep_rows(self._cache, self._mask, keep)
+
+
+def emit(lm: LoadedModel, finish: Finish, row: Row, token_id: int, now: float) -> bool:
+    """Hand one token (sampled at `now`) to its row's request; True when the row is finished
+    (and its request ended through `finish`)."""
+    request = row.request
+    request._put(TokenEvent(row.num_generated, token_id, now - request.submitted_at))
+    row.num_generated += 1
+    row.last_token = token_id
+    params = request.params
+    if ends_sequence(lm, token_id, params):
+        finish(request, "stop", row.num_generated, None)
+        return True
+    if row.num_generated >= params.max_new_tokens:
+        finish(request, "length", row.num_generated, None)
+        return True
+    return False

@@ -2,7 +2,9 @@
 request together, one token per request per step.
 
 Requests arrive from any thread through `Scheduler.submit`, wait in a bounded queue, and join
-the running batch (`running_batch.RunningBatch`) at step boundaries. A new prompt is
+the running batch at step boundaries: `running_batch.RunningBatch` on growing caches, or
+`slot_batch.SlotBatch` when the model decodes on a static cache (`--cache static`, and
+`--compile`). A new prompt is
 prefilled on its own, exactly as `engine.loop.stream` would serve it alone, so its first
 token is the single-request token. Its KV cache then joins the running batch, left-padded to
 the batch's length (or the batch padded to it). Each step feeds one token per row under an
@@ -35,6 +37,8 @@ from llmbench.engine.models import LoadedModel
 from llmbench.errors import UserError
 from llmbench.serve.request import Outcome, Request
 from llmbench.serve.running_batch import RunningBatch
+from llmbench.serve.settings import DEFAULT_MAX_CONTEXT
+from llmbench.serve.slot_batch import SlotBatch
 
 
 class SchedulerFull(RuntimeError):
@@ -59,7 +63,8 @@ class SchedulerStats:
 class Scheduler:
     """Owns `lm` on a background thread and batches all submitted requests step by step."""
 
-    def __init__(self, lm: LoadedModel, max_batch_size: int, max_waiting: int):
+    def __init__(self, lm: LoadedModel, max_batch_size: int, max_waiting: int,
+                 max_context: int = DEFAULT_MAX_CONTEXT):
         if max_batch_size < 1 or max_waiting < 0:
             raise UserError("max_batch_size must be >= 1 and max_waiting >= 0, got "
                             f"{max_batch_size} and {max_waiting}")
@@ -70,7 +75,10 @@ class Scheduler:
         self._cond = threading.Condition()
         self._waiting: collections.deque[Request] = collections.deque()
         self._ids = itertools.count()
-        self._batch = RunningBatch(lm, self._finish)
+        # The model's cache decides the batch: growing caches joined and re-padded, or
+        # preallocated slots (which a compiled decode step needs).
+        self._batch = (SlotBatch(lm, self._finish, max_batch_size, max_context)
+                       if lm.kv_cache == "static" else RunningBatch(lm, self._finish))
         self._thread: threading.Thread | None = None
         self._closing = False
 
@@ -112,6 +120,8 @@ class Scheduler:
         """Queue a request; raises UserError if it cannot fit the context, SchedulerFull
         when `max_waiting` requests are already queued."""
         check_fits(self.lm, len(prompt_ids), params)
+        if isinstance(self._batch, SlotBatch):
+            self._batch.check_fits(len(prompt_ids), params.max_new_tokens)
         self.start()
         with self._cond:
             if self._closing:
