@@ -94,6 +94,15 @@ def test_sixteen_concurrent_greedy_requests_equal_each_served_alone(lm, referenc
     _wait_until(lambda: scheduler.num_active == 0, "the batch to empty")
 
 
+def test_requests_that_arrive_together_are_prefilled_in_one_pass(lm, reference, scheduler):
+    prompts, params = _workload(lm, 5)
+    with scheduler._cond:  # the scheduler thread admits nothing until all five wait
+        requests = [scheduler.submit(p, sp) for p, sp in zip(prompts, params, strict=True)]
+    for request, prompt, sp in zip(requests, prompts, params, strict=True):
+        assert tuple(_drain(request)[0]) == generate(reference, prompt, sp).token_ids
+    assert (scheduler.stats.num_admissions, scheduler.stats.peak_batch_size) == (1, 5)
+
+
 def test_seeded_sampling_in_a_batch_equals_sampling_alone(lm, reference, scheduler):
     prompts, _ = _workload(lm, 4)
     sampled = SamplingParams(max_new_tokens=12, temperature=0.8, top_k=50, top_p=0.9, seed=7,

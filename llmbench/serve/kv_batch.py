@@ -1,4 +1,4 @@
-"""The running batch's KV cache as tensors: join a new sequence to it (left-padding whichever
+"""The running batch's KV cache as tensors: join new sequences to it (left-padding whichever
 is shorter) and keep a subset of its rows (dropping columns that became padding in every row).
 
 The cache is a transformers `DynamicCache`, [batch, heads, seq, dim] keys and values per layer;
@@ -50,14 +50,14 @@ def _left_pad(t: torch.Tensor, amount: int, dim: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(shape), t], dim=dim)
 
 
-def merge(cache, mask: torch.Tensor, new_cache, new_len: int):
-    """Append one sequence's cache (length `new_len`, no padding) to a batch's cache,
-    left-padding whichever is shorter; returns (cache, mask [batch + 1, seq])."""
-    length = mask.shape[1]
+def merge(cache, mask: torch.Tensor, new_cache, new_mask: torch.Tensor):
+    """Append other sequences' cache (rows left-padded as `new_mask` [rows, seq] says) to a
+    batch's cache, left-padding whichever is shorter; returns (cache, mask [batch + rows,
+    seq])."""
+    length, new_len = mask.shape[1], new_mask.shape[1]
     longest = max(length, new_len)
-    new_mask = torch.ones((1, new_len), dtype=mask.dtype, device=mask.device)
     merged_mask = torch.cat([_left_pad(mask, longest - length, 1),
-                             _left_pad(new_mask, longest - new_len, 1)], dim=0)
+                             _left_pad(new_mask.to(mask.dtype), longest - new_len, 1)], dim=0)
     kv = [(torch.cat([_left_pad(k, longest - length, 2), _left_pad(nk, longest - new_len, 2)]),
            torch.cat([_left_pad(v, longest - length, 2), _left_pad(nv, longest - new_len, 2)]))
           for (k, v), (nk, nv) in zip(_layer_kv(cache), _layer_kv(new_cache), strict=True)]

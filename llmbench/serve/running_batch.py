@@ -1,8 +1,8 @@
 """The scheduler's running batch: the sequences being decoded together, their KV cache and
 attention mask, and the step that advances them all by one token.
 
-A new request is prefilled on its own and its first token emitted; unless that token ends
-it, its cache joins the batch's (`kv_batch.merge`). Each `decode` feeds one token per row at
+The requests admitted at a step boundary are prefilled together and their first tokens
+emitted (`admission`); the ones that go on join the batch's cache (`kv_batch.merge`). Each `decode` feeds one token per row at
 the row's own position, samples each row with its own `SamplingParams` and generator, emits
 the tokens, and drops the rows that finished. Only the scheduler's thread touches a batch,
 so it needs no lock; how requests end (counters, the `Outcome`) is the scheduler's, through
@@ -11,38 +11,16 @@ the `finish` callback.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
 
 from llmbench.engine.device import sync
-from llmbench.engine.loop import (
-    TokenEvent,
-    decode_step,
-    ends_sequence,
-    prefill,
-    sample_next,
-    sampling_generator,
-)
+from llmbench.engine.loop import decode_step, prefill, sample_next
 from llmbench.engine.models import LoadedModel
 from llmbench.engine.timing import device_clock
+from llmbench.serve.admission import prefill_requests
 from llmbench.serve.kv_batch import check_batchable, keep_rows, merge
 from llmbench.serve.request import Request
-
-# finish(request, finish_reason, num_generated, error): ends a request with its Outcome.
-Finish = Callable[[Request, str, int, str | None], None]
-
-
-@dataclass
-class Row:
-    """A running sequence: its request, next position and generated tokens."""
-
-    request: Request
-    generator: torch.Generator | None
-    position: int  # position id of the token fed at the next step
-    last_token: int
-    num_generated: int
+from llmbench.serve.rows import Finish, Row, emit
 
 
 class RunningBatch:
@@ -67,34 +45,25 @@ class RunningBatch:
         _, cache = prefill(self.lm, first)
         check_batchable(cache, self.lm.name)
         _, other = prefill(self.lm, first[:, :1])
-        cache, mask = merge(cache, torch.ones((1, 2), dtype=torch.long, device=first.device),
-                            other, 1)
+        ones = torch.ones((1, 2), dtype=torch.long, device=first.device)
+        cache, mask = merge(cache, ones, other, ones[:, :1])
         mask = torch.cat([mask, mask.new_ones((2, 1))], dim=-1)
         decode_step(self.lm, first[:, :1].repeat(2, 1), cache, mask,
                     torch.tensor([[2], [1]], device=first.device))
         sync(self.lm.device)
 
-    def admit(self, request: Request) -> None:
-        """Prefill one new request alone, emit its first token, and join it to the batch."""
-        if request.is_cancelled:
-            self._finish(request, "cancelled", 0, None)
+    def admit(self, requests: list[Request]) -> None:
+        """Prefill the new requests together, emit their first tokens, and join the ones
+        that go on to the batch."""
+        admitted = prefill_requests(self.lm, requests, self._finish)
+        if admitted is None:
             return
-        device = self.lm.device
-        ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=device)  # [1, seq]
-        logits, cache = prefill(self.lm, ids)
-        generator = sampling_generator(request.params, device)
-        token = int(sample_next(logits, request.params, generator)[0])
-        now = device_clock(device)
-        row = Row(request, generator, position=ids.shape[1], last_token=token,
-                   num_generated=0)
-        if emit(self.lm, self._finish, row, token, now):
-            return
-        mask = torch.ones_like(ids)
         if self._cache is None:
-            self._cache, self._mask = cache, mask
+            self._cache, self._mask = admitted.cache, admitted.mask
         else:
-            self._cache, self._mask = merge(self._cache, self._mask, cache, ids.shape[1])
-        self._rows.append(row)
+            self._cache, self._mask = merge(self._cache, self._mask, admitted.cache,
+                                            admitted.mask)
+        self._rows += admitted.rows
 
     def decode(self) -> None:
         """One token for every running row, then drop the rows that finished."""
@@ -142,20 +111,3 @@ class RunningBatch:
             self._cache, self._mask = None, None
             return
         self._cache, self._mask = keep_rows(self._cache, self._mask, keep)
-
-
-def emit(lm: LoadedModel, finish: Finish, row: Row, token_id: int, now: float) -> bool:
-    """Hand one token (sampled at `now`) to its row's request; True when the row is finished
-    (and its request ended through `finish`)."""
-    request = row.request
-    request._put(TokenEvent(row.num_generated, token_id, now - request.submitted_at))
-    row.num_generated += 1
-    row.last_token = token_id
-    params = request.params
-    if ends_sequence(lm, token_id, params):
-        finish(request, "stop", row.num_generated, None)
-        return True
-    if row.num_generated >= params.max_new_tokens:
-        finish(request, "length", row.num_generated, None)
-        return True
-    return False

@@ -4,15 +4,14 @@ request together, one token per request per step.
 Requests arrive from any thread through `Scheduler.submit`, wait in a bounded queue, and join
 the running batch at step boundaries: `running_batch.RunningBatch` on growing caches, or
 `slot_batch.SlotBatch` when the model decodes on a static cache (`--cache static`, and
-`--compile`). A new prompt is
-prefilled on its own, exactly as `engine.loop.stream` would serve it alone, so its first
-token is the single-request token. Its KV cache then joins the running batch, left-padded to
-the batch's length (or the batch padded to it). Each step feeds one token per row under an
-attention mask that hides the padding, with each row's own position ids, and samples each
-row with its own `SamplingParams` and generator. A finished or cancelled row leaves the
-batch at the next boundary; cache columns that became padding in every row are dropped.
-Greedy outputs therefore equal the single-request outputs token for token, up to float
-rounding of batched kernels. This module owns the queue, the thread and how requests end.
+`--compile`). The requests admitted at one boundary are prefilled together in one
+left-padded pass (`admission`; a lone request exactly as `engine.loop.stream` would serve
+it), and each one's first token is emitted at once. Each step feeds one token per row, at
+the row's own position ids and under a mask that shows each row only its own tokens, and
+samples each row with its own `SamplingParams` and generator. A finished or cancelled row
+leaves the batch at the next boundary. Greedy outputs therefore equal the single-request
+outputs token for token, up to float rounding of batched kernels. This module owns the
+queue, the thread and how requests end.
 
 Why not transformers' `ContinuousBatchingManager`: it samples every request with one
 generation config (greedy and sampled requests cannot share a batch), seeds the global RNG
@@ -54,6 +53,7 @@ class SchedulerStats:
     """Counters for tests and /health; written only by the scheduler thread."""
 
     num_steps: int = 0
+    num_admissions: int = 0  # boundaries where requests joined: one prefill pass each
     num_finished: int = 0
     num_cancelled: int = 0
     num_failed: int = 0
@@ -151,11 +151,13 @@ class Scheduler:
                     admitted = []
                     while self._waiting and len(self._batch) + len(admitted) < self.max_batch_size:
                         admitted.append(self._waiting.popleft())
-                for request in admitted:
+                if admitted:
+                    self.stats.num_admissions += 1
                     try:
-                        self._batch.admit(request)
-                    except Exception as exc:  # noqa: BLE001 - fail this request, keep serving
-                        self._finish(request, "error", 0, _describe(exc))
+                        self._batch.admit(admitted)
+                    except Exception as exc:  # noqa: BLE001 - fail these requests, keep serving
+                        for request in admitted:
+                            self._finish(request, "error", 0, _describe(exc))
                     self.stats.peak_batch_size = max(self.stats.peak_batch_size,
                                                      len(self._batch))
                 try:

@@ -1,8 +1,9 @@
 """The running batch on a preallocated cache (`--cache static`, and `--compile`): sequences
 in slots of one `SlotCache`, decoded together, one token per sequence per step.
 
-A new request is prefilled alone, exactly as `engine.loop.stream` would serve it, and its
-keys and values are copied into the first free slot. Running sequences fill slots 0..k-1
+The requests admitted at a step boundary are prefilled together (`admission`: a lone one
+exactly as `engine.loop.stream` would serve it), and each one's keys and values, without
+the padding, are copied into the first free slot. Running sequences fill slots 0..k-1
 without gaps (a finished one's slot takes the last sequence), and each step decodes a view
 of the first slots, so a batch of one does the work of one. Each row attends to its own
 columns only (a 4D mask built from the rows' lengths) at its own position ids, so greedy
@@ -23,12 +24,13 @@ from __future__ import annotations
 import torch
 
 from llmbench.engine.device import sync
-from llmbench.engine.loop import decode_step, prefill, sample_next, sampling_generator
+from llmbench.engine.loop import decode_step, prefill, sample_next
 from llmbench.engine.models import LoadedModel
 from llmbench.engine.timing import device_clock
 from llmbench.errors import UserError
+from llmbench.serve.admission import prefill_requests
 from llmbench.serve.request import Request
-from llmbench.serve.running_batch import Finish, Row, emit
+from llmbench.serve.rows import Finish, Row, emit
 from llmbench.serve.slot_cache import SlotCache
 
 
@@ -74,26 +76,23 @@ class SlotBatch:
         bucket's graph), on pad tokens in free slots."""
         pad = self.lm.pad_token_id
         _, cache = prefill(self.lm, torch.tensor([[pad, pad]], device=self.lm.device))
-        self._cache.put(0, cache, 2)
+        self._cache.put(0, cache, 0, 0, 2)
         for size in self._sizes or (1,):
             self._step(size, [pad] * size, [2] * size)
         sync(self.lm.device)
 
-    def admit(self, request: Request) -> None:
-        """Prefill one new request alone, emit its first token, and give it a slot."""
-        if request.is_cancelled:
-            self._finish(request, "cancelled", 0, None)
+    def admit(self, requests: list[Request]) -> None:
+        """Prefill the new requests together, emit their first tokens, and give each one
+        that goes on a slot."""
+        admitted = prefill_requests(self.lm, requests, self._finish)
+        if admitted is None:
             return
-        device = self.lm.device
-        ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=device)
-        logits, cache = prefill(self.lm, ids)
-        generator = sampling_generator(request.params, device)
-        token = int(sample_next(logits, request.params, generator)[0])
-        row = Row(request, generator, position=ids.shape[1], last_token=token, num_generated=0)
-        if emit(self.lm, self._finish, row, token, device_clock(device)):
-            return
-        self._cache.put(len(self._rows), cache, ids.shape[1])
-        self._rows.append(row)
+        width = admitted.mask.shape[1]
+        for index, row in enumerate(admitted.rows):
+            # Its prompt is right-aligned in the prefill's columns, after its padding.
+            self._cache.put(len(self._rows), admitted.cache, index, width - row.position,
+                            row.position)
+            self._rows.append(row)
 
     def decode(self) -> None:
         """One token for every running row, then free the slots of the rows that finished."""

@@ -76,12 +76,13 @@ class SlotCache(StaticCache):
         return SlotCache([SlotLayer(layer.keys[:rows], layer.values[:rows],
                                     layer.write_at[:rows]) for layer in self.layers])
 
-    def put(self, slot: int, dynamic_cache, length: int) -> None:
-        """Copy one sequence's keys and values (a batch-of-one cache of `length` positions,
-        such as a prefill's) into `slot`, from column 0."""
-        for layer, source in zip(self.layers, dynamic_cache.layers, strict=True):
-            layer.keys[slot, :, :length] = source.keys[0, :, :length]
-            layer.values[slot, :, :length] = source.values[0, :, :length]
+    def put(self, slot: int, cache, row: int, start: int, length: int) -> None:
+        """Copy `length` positions of one sequence's keys and values, from column `start` of
+        row `row` of another cache (a prefill's), into `slot`, from column 0."""
+        end = start + length
+        for layer, source in zip(self.layers, cache.layers, strict=True):
+            layer.keys[slot, :, :length] = source.keys[row, :, start:end]
+            layer.values[slot, :, :length] = source.values[row, :, start:end]
 
     def move(self, source: int, target: int, length: int) -> None:
         """Copy slot `source`'s first `length` positions into slot `target`."""
