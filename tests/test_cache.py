@@ -172,7 +172,7 @@ def test_converted_gguf_naming_source_and_reuse(root, monkeypatch):
     assert calls == [(gguf.GGUF_FILE, False)]
     assert entry.parent == root
     assert entry.name == f"tokenizer-smollm2-{source['sha256'][:16]}"
-    assert source["sha256"] == gguf._sha256(gguf._gguf_path())
+    assert source["sha256"] == gguf._sha256(gguf.shipped_gguf_path())
     assert source["package"] == gguf.GGUF_PACKAGE and source["kind"] == "gguf-package"
     manifest = json.loads((entry / cache.MANIFEST).read_text())
     assert manifest["sha256"] == source["sha256"]

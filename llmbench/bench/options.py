@@ -49,10 +49,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "Default: %(default)r")
     group.addoption("--cache", dest="kv_cache", default=d("kv_cache"),
                     type=one_of(*KV_CACHES), metavar="KIND",
-                    help=f"the KV cache of every generation on our loop or model.generate, "
-                         f"one of {', '.join(KV_CACHES)} (the server's continuous batching "
-                         "always grows dynamic caches; the engines group measures both "
-                         "side by side whatever this says). Default: %(default)r")
+                    help=f"the KV cache of every generation on our loop, model.generate and "
+                         f"the in-process server, one of {', '.join(KV_CACHES)} (the engines "
+                         "group measures both side by side whatever this says). "
+                         "Default: %(default)r")
     group.addoption("--weights", default=d("weights"), type=one_of(*WEIGHTS), metavar="KIND",
                     help=f"the linear layers' weights, one of {', '.join(WEIGHTS)} (packed: "
                          "prepacked for oneDNN, CPU, eager; int8/int4: weight-only through "

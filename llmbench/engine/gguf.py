@@ -32,7 +32,8 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _gguf_path() -> Path:
+def shipped_gguf_path() -> Path:
+    """The GGUF file the default model is built from (other servers can run it as it is)."""
     # find_spec locates the package without importing it: its __init__ imports a CLI we
     # deliberately do not install.
     spec = importlib.util.find_spec(GGUF_MODULE)
@@ -80,7 +81,7 @@ def _convert_gguf(gguf: Path, out: Path, with_weights: bool) -> None:
 def converted_gguf(with_weights: bool) -> tuple[Path, dict]:
     """The cache entry holding the converted checkpoint (or only its tokenizer), converted on
     first use or when damaged, and the source record a model's fingerprint stores."""
-    gguf = _gguf_path()
+    gguf = shipped_gguf_path()
     digest = _sha256(gguf)
     version = importlib.metadata.version(GGUF_PACKAGE)
     kind = "smollm2-135m" if with_weights else "tokenizer-smollm2"
