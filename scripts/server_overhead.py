@@ -67,8 +67,9 @@ def measure_config(flags: str, args, params: SamplingParams) -> dict:
     with torch.inference_mode():
         generate(lm, prompt, params)  # compile (if asked) and warm, untimed
     url = f"http://127.0.0.1:{args.port}"
-    proc = subprocess.Popen([sys.executable, "-m", "llmbench", "serve", *shlex.split(flags),
-                             "--port", str(args.port), "--max-batch-size", "8"],
+    # The configuration's own --max-batch-size, if it has one, comes last and wins.
+    proc = subprocess.Popen([sys.executable, "-m", "llmbench", "serve", "--max-batch-size",
+                             "8", "--port", str(args.port), *shlex.split(flags)],
                             stderr=subprocess.DEVNULL)
     rows: dict[str, list[float]] = {"engine": [], "server": [], "native": [], "openai": []}
     try:
@@ -107,7 +108,8 @@ def measure_llama_cpp(args, params: SamplingParams, tokenizer) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", action="append", default=None,
-                        help="`llmbench serve` engine flags; repeatable. Default: none")
+                        help="`llmbench serve` flags (engine options, --max-batch-size, "
+                             "--max-context); repeatable. Default: none")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=4, help="per level and round")
     parser.add_argument("--max-new-tokens", type=int, default=32)
