@@ -13,6 +13,7 @@ from llmbench.engine.loop import TokenEvent, generate
 from llmbench.engine.models import load_model
 from llmbench.engine.prompts import encode, exact_length_ids
 from llmbench.errors import UserError
+from llmbench.serve import admission
 from llmbench.serve.request import Outcome
 from llmbench.serve.scheduler import Scheduler, SchedulerFull
 
@@ -94,13 +95,38 @@ def test_sixteen_concurrent_greedy_requests_equal_each_served_alone(lm, referenc
     _wait_until(lambda: scheduler.num_active == 0, "the batch to empty")
 
 
-def test_requests_that_arrive_together_are_prefilled_in_one_pass(lm, reference, scheduler):
+def test_requests_that_arrive_together_are_prefilled_in_one_pass(lm, reference, scheduler,
+                                                                 monkeypatch):
+    passes = []
+    real_prefill = admission.prefill
+    monkeypatch.setattr(admission, "prefill", lambda lm, ids, *a: passes.append(ids.shape)
+                        or real_prefill(lm, ids, *a))
     prompts, params = _workload(lm, 5)
     with scheduler._cond:  # the scheduler thread admits nothing until all five wait
         requests = [scheduler.submit(p, sp) for p, sp in zip(prompts, params, strict=True)]
     for request, prompt, sp in zip(requests, prompts, params, strict=True):
         assert tuple(_drain(request)[0]) == generate(reference, prompt, sp).token_ids
-    assert (scheduler.stats.num_admissions, scheduler.stats.peak_batch_size) == (1, 5)
+    assert passes == [(5, max(map(len, prompts)))]  # one left-padded pass for all five
+    assert scheduler.stats.peak_batch_size == 5
+
+
+def test_a_failed_group_admission_fails_only_the_request_that_cannot_run(lm, scheduler,
+                                                                         monkeypatch):
+    real_prefill = admission.prefill
+
+    def prefill(lm, ids, *a):
+        if ids.shape[1] == 13:  # only the poisoned prompt's length: fails in any group
+            raise RuntimeError("out of memory")
+        return real_prefill(lm, ids, *a)
+
+    monkeypatch.setattr(admission, "prefill", prefill)
+    prompts = [exact_length_ids(lm.tokenizer, n) for n in (5, 13, 7)]
+    params = SamplingParams(max_new_tokens=3, ignore_eos=True)
+    with scheduler._cond:
+        requests = [scheduler.submit(p, params) for p in prompts]
+    outcomes = [_drain(r)[1] for r in requests]
+    assert [o.finish_reason for o in outcomes] == ["length", "error", "length"]
+    assert outcomes[1].error == "RuntimeError: out of memory"
 
 
 def test_seeded_sampling_in_a_batch_equals_sampling_alone(lm, reference, scheduler):
@@ -109,8 +135,9 @@ def test_seeded_sampling_in_a_batch_equals_sampling_alone(lm, reference, schedul
                              ignore_eos=True)
     greedy = SamplingParams(max_new_tokens=12, ignore_eos=True)
     expected = generate(reference, prompts[0], sampled).token_ids
-    requests = [scheduler.submit(prompts[0], sampled)]
-    requests += [scheduler.submit(p, greedy) for p in prompts[1:]]
+    with scheduler._cond:  # all four join at once: the sampled one is prefilled in a group
+        requests = [scheduler.submit(prompts[0], sampled)]
+        requests += [scheduler.submit(p, greedy) for p in prompts[1:]]
     assert tuple(_drain(requests[0])[0]) == expected
     for request, prompt in zip(requests[1:], prompts[1:], strict=True):
         assert tuple(_drain(request)[0]) == generate(reference, prompt, greedy).token_ids

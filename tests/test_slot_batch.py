@@ -3,6 +3,8 @@ compiled steps that never compile while serving, the HTTP server's account of wh
 serves, and the command line's refusals. Outputs equal to each request served alone are
 checked for every kind of batch in test_scheduler."""
 
+import dataclasses
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -49,20 +51,22 @@ def test_a_request_longer_than_a_slot_is_refused_naming_the_flag(static):
 def test_compiled_serving_compiles_every_batch_size_before_the_first_request(eager):
     compiled = load_model(EngineConfig(model="tiny", device="cpu", kv_cache="static",
                                        compile=True))
-    scheduler = Scheduler(compiled, max_batch_size=3, max_waiting=8, max_context=96)
+    scheduler = Scheduler(compiled, max_batch_size=5, max_waiting=8, max_context=96)
     try:
         before = compile_counts() or NOTHING_COMPILED
         scheduler.start()
         warmed = compile_counts()
-        assert (warmed - before).graphs == len(buckets(3))  # one graph per batch size
+        assert (warmed - before).graphs == len(buckets(5))  # one graph per batch size
         prompts = [encode(eager.tokenizer, f"Question {i}: {'why ' * i}?", chat=True)
-                   for i in range(5)]
-        params = [SamplingParams(max_new_tokens=4 + 3 * i, ignore_eos=True) for i in range(5)]
-        requests = [scheduler.submit(p, sp) for p, sp in zip(prompts, params, strict=True)]
+                   for i in range(7)]
+        # Different lengths: the batch shrinks 5, 4, 3 (the bucket of 4 with a spare row), ...
+        params = [SamplingParams(max_new_tokens=4 + 3 * i, ignore_eos=True) for i in range(7)]
+        with scheduler._cond:
+            requests = [scheduler.submit(p, sp) for p, sp in zip(prompts, params, strict=True)]
         for request, prompt, sp in zip(requests, prompts, params, strict=True):
             tokens = [i.token_id for i in request if isinstance(i, TokenEvent)]
             assert tuple(tokens) == generate(eager, prompt, sp).token_ids
-        assert scheduler.stats.peak_batch_size == 3
+        assert scheduler.stats.peak_batch_size == 5
         assert compile_counts() - warmed == NOTHING_COMPILED  # no request waited on a compile
     finally:
         scheduler.close()
@@ -80,6 +84,25 @@ def test_a_static_server_says_what_it_serves_and_answers_as_the_engine(static, e
         too_long = client.post("/generate", json={"prompt": "hi " * 200,
                                                   "max_new_tokens": 6})
         assert too_long.status_code == 422 and "--max-context" in too_long.text
+
+
+@pytest.mark.parametrize("kv_cache", ["dynamic", "static"])
+def test_a_sliding_window_model_is_refused_at_startup(eager, kv_cache):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(vocab_size=len(eager.tokenizer), hidden_size=32,
+                           intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           num_key_value_heads=1, sliding_window=4)
+    lm = dataclasses.replace(eager, model=MistralForCausalLM(config).eval(), kv_cache=kv_cache)
+    scheduler = Scheduler(lm, max_batch_size=2, max_waiting=2, max_context=64)
+    with pytest.raises(UserError, match="plain DynamicCache"):
+        scheduler.start()
+
+
+@pytest.mark.parametrize("max_context", [1, 8193])
+def test_a_slot_must_hold_two_positions_and_fit_the_models_context(static, max_context):
+    with pytest.raises(UserError, match="--max-context must be between 2 and tiny's context of 8192 tokens"):
+        Scheduler(static, max_batch_size=1, max_waiting=1, max_context=max_context)
 
 
 def test_serve_offers_every_engine_option(capsys):

@@ -114,9 +114,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sock = listening_socket(settings.host, settings.port)
     with sock:
         lm = load_model(config)
-        if config.kv_cache == "static" and settings.max_context > lm.context_length:
-            raise UserError(f"--max-context {settings.max_context} exceeds {lm.name}'s context "
-                            f"of {lm.context_length} tokens: pass at most that")
         app = create_app(lm, settings)
         if config.compile:
             print(f"llmbench serve: compiling the decode step for batch sizes "

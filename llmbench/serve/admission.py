@@ -4,8 +4,8 @@ Requests that arrive while a step runs wait for its end; then all of them are pr
 one forward pass, left-padded to the longest prompt under an attention mask, with each
 row's own position ids, as the engine prefills a static batch. One pass over several
 prompts costs far less than one pass each, and the requests that arrive together are
-exactly the ones a burst of load brings. A lone request is prefilled as it would be served
-alone (no padding, no mask). Each row's first token is sampled with its own
+exactly the ones a burst of load brings. A lone request is prefilled without padding or
+mask, as `engine.loop` prefills a single request on a growing cache. Each row's first token is sampled with its own
 `SamplingParams` and generator and emitted at once; a row that ends there never joins.
 """
 

@@ -153,11 +153,7 @@ class Scheduler:
                         admitted.append(self._waiting.popleft())
                 if admitted:
                     self.stats.num_admissions += 1
-                    try:
-                        self._batch.admit(admitted)
-                    except Exception as exc:  # noqa: BLE001 - fail these requests, keep serving
-                        for request in admitted:
-                            self._finish(request, "error", 0, _describe(exc))
+                    self._admit(admitted)
                     self.stats.peak_batch_size = max(self.stats.peak_batch_size,
                                                      len(self._batch))
                 try:
@@ -173,6 +169,19 @@ class Scheduler:
         for request in leftover:
             self._finish(request, "cancelled", 0)
         self._batch.end_all("cancelled")
+
+    def _admit(self, requests: list[Request]) -> None:
+        """Join `requests` to the batch; a failure fails only the requests it must."""
+        try:
+            self._batch.admit(requests)
+        except Exception as exc:  # noqa: BLE001 - fail these requests, keep serving
+            for request in requests:
+                if len(requests) > 1 and request.outcome is None and not request.token_times:
+                    # Not started: the group's failure may be another request's (a prompt
+                    # too large for memory), so it gets a pass of its own.
+                    self._admit([request])
+                else:
+                    self._finish(request, "error", len(request.token_times), _describe(exc))
 
     def _finish(self, request: Request, reason: str, num_generated: int,
                 error: str | None = None) -> None:

@@ -2,8 +2,8 @@
 in slots of one `SlotCache`, decoded together, one token per sequence per step.
 
 The requests admitted at a step boundary are prefilled together (`admission`: a lone one
-exactly as `engine.loop.stream` would serve it), and each one's keys and values, without
-the padding, are copied into the first free slot. Running sequences fill slots 0..k-1
+without padding or mask), and each one's keys and values, without the padding, are copied
+into the first free slot. Running sequences fill slots 0..k-1
 without gaps (a finished one's slot takes the last sequence), and each step decodes a view
 of the first slots, so a batch of one does the work of one. Each row attends to its own
 columns only (a 4D mask built from the rows' lengths) at its own position ids, so greedy
@@ -29,6 +29,7 @@ from llmbench.engine.models import LoadedModel
 from llmbench.engine.timing import device_clock
 from llmbench.errors import UserError
 from llmbench.serve.admission import prefill_requests
+from llmbench.serve.kv_batch import check_batchable
 from llmbench.serve.request import Request
 from llmbench.serve.rows import Finish, Row, emit
 from llmbench.serve.slot_cache import SlotCache
@@ -47,13 +48,16 @@ class SlotBatch:
     """The rows being decoded together, in the slots of one preallocated cache."""
 
     def __init__(self, lm: LoadedModel, finish: Finish, max_batch_size: int, max_len: int):
+        if not 2 <= max_len <= lm.context_length:
+            raise UserError(f"--max-context must be between 2 and {lm.name}'s context of "
+                            f"{lm.context_length} tokens, got {max_len}")
         self.lm = lm
         self._finish = finish
         self.max_len = max_len
         self._compiled = lm.compiled_decoder is not None
         self._sizes = buckets(max_batch_size) if self._compiled else None
         self._rows: list[Row] = []
-        self._cache = SlotCache.allocate(lm.model, max_batch_size, max_len)
+        self._cache = SlotCache.allocate(lm.model, lm.dtype, max_batch_size, max_len)
         self._views: dict[int, SlotCache] = {}  # kept: a compiled graph is per view object
         self._columns = torch.arange(max_len, device=lm.device)
         self._blocked = torch.finfo(self._cache.layers[0].keys.dtype).min
@@ -73,12 +77,14 @@ class SlotBatch:
     @torch.inference_mode()
     def warm_up(self) -> None:
         """A prefill, and one step at every batch size a step can run at (compiled: every
-        bucket's graph), on pad tokens in free slots."""
+        bucket's graph), on pad tokens in free slots. A model whose attention is not full in
+        every layer (a sliding window) is refused: a slot's mask shows every position."""
         pad = self.lm.pad_token_id
-        _, cache = prefill(self.lm, torch.tensor([[pad, pad]], device=self.lm.device))
-        self._cache.put(0, cache, 0, 0, 2)
+        _, cache = prefill(self.lm, torch.tensor([[pad]], device=self.lm.device))
+        check_batchable(cache, self.lm.name)
+        self._cache.put(0, cache, 0, 0, 1)
         for size in self._sizes or (1,):
-            self._step(size, [pad] * size, [2] * size)
+            self._step(size, [pad] * size, [1] * size)
         sync(self.lm.device)
 
     def admit(self, requests: list[Request]) -> None:
@@ -90,9 +96,9 @@ class SlotBatch:
         width = admitted.mask.shape[1]
         for index, row in enumerate(admitted.rows):
             # Its prompt is right-aligned in the prefill's columns, after its padding.
-            self._cache.put(len(self._rows), admitted.cache, index, width - row.position,
-                            row.position)
-            self._rows.append(row)
+            self._cache.put(len(self._rows) + index, admitted.cache, index,
+                            width - row.position, row.position)
+        self._rows += admitted.rows  # only once every slot is filled: all join, or none
 
     def decode(self) -> None:
         """One token for every running row, then free the slots of the rows that finished."""

@@ -52,14 +52,14 @@ class SlotCache(StaticCache):
         Cache.__init__(self, layers=layers)  # not StaticCache's: the tensors exist already
 
     @classmethod
-    def allocate(cls, model, slots: int, max_len: int) -> SlotCache:
-        """Zeroed slots for `model`: `slots` rows of `max_len` positions in every layer."""
+    def allocate(cls, model, dtype: torch.dtype, slots: int, max_len: int) -> SlotCache:
+        """Zeroed slots for `model`'s keys and values, which it computes in `dtype`: `slots`
+        rows of `max_len` positions in every layer."""
         config = model.config.get_text_config()
         heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         head_dim = (getattr(config, "head_dim", None)
                     or config.hidden_size // config.num_attention_heads)
         parameter = next(model.parameters())
-        dtype = parameter.dtype if parameter.is_floating_point() else torch.float32
         shape = (slots, heads, max_len, head_dim)
         write_at = torch.zeros(slots, dtype=torch.long, device=parameter.device)
         return cls([SlotLayer(torch.zeros(shape, dtype=dtype, device=parameter.device),
