@@ -1,6 +1,10 @@
 """The server as users feel it: request latency against the engine's own, and streamed
 requests across concurrency levels, which give time to first token, inter-token latency
-and total throughput (concurrency 1 is the plain `/stream` case)."""
+and total throughput (concurrency 1 is the plain `/stream` case).
+
+The in-process server decodes on its scheduler's thread while this one waits for answers,
+so each round first frees this thread's OpenMP pool (`engine.openmp`): with two pools the
+server would decode slower than `llmbench serve` does in its own process."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import pytest
 from fixtures.timing import Work
 from llmbench.engine.config import SamplingParams
 from llmbench.engine.loop import generate
+from llmbench.engine.openmp import release_thread_pool
 from llmbench.engine.prompts import encode, questions
 from llmbench.load.client import complete_once, run_load
 
@@ -57,6 +62,7 @@ def test_server_generate(measure, load_config, server_output):
     config = load_config()
 
     def request():
+        release_thread_pool()  # this thread's pool would slow the in-process server's
         reply = complete_once(config, QUESTION, params)
         return Work(reply["input_tokens"], reply["output_tokens"])
 
@@ -87,6 +93,7 @@ def test_server_concurrency(measure, load_config, server_tokenizer, bench_settin
     results = []
 
     def level():
+        release_thread_pool()  # this thread's pool would slow the in-process server's
         result = run_load(config, params, server_tokenizer, prompts)
         results.append(result)
         return _load_work(result, concurrency, num_tokens)

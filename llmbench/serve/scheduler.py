@@ -33,6 +33,7 @@ import torch
 from llmbench.engine.config import SamplingParams
 from llmbench.engine.loop import check_fits
 from llmbench.engine.models import LoadedModel
+from llmbench.engine.openmp import release_thread_pool
 from llmbench.errors import UserError
 from llmbench.serve.request import Outcome, Request
 from llmbench.serve.running_batch import RunningBatch
@@ -102,6 +103,9 @@ class Scheduler:
             if self._closing:
                 raise SchedulerClosed("the scheduler was closed")
             self._batch.warm_up()
+            # The warm-up made this thread an OpenMP master; a second master (the scheduler
+            # thread) would slow every region of both (see engine.openmp).
+            release_thread_pool()
             self._thread = threading.Thread(target=self._run, name="llmbench-scheduler",
                                             daemon=True)
             self._thread.start()
@@ -144,6 +148,9 @@ class Scheduler:
         with torch.inference_mode():
             while True:
                 with self._cond:
+                    if not (self._closing or self._waiting or len(self._batch)):
+                        # Idle: leave the process's other threads the only OpenMP pool.
+                        release_thread_pool()
                     while not (self._closing or self._waiting or len(self._batch)):
                         self._cond.wait()
                     if self._closing:
