@@ -1,5 +1,5 @@
 """A slowdown from outside llmbench, for the stored-verdict campaign: a pytest plugin that
-makes every eager Llama MLP call busy-wait 40% of the time the MLP itself took. A compiled
+makes every eager Llama MLP call busy-wait for FACTOR times the time the MLP itself took. A compiled
 graph cannot hold a Python busy-wait, so compiled cases keep their speed. The campaign's
 `slowmlp` commit copies this file to the repository's root and lists it in the root
 conftest's `pytest_plugins`."""
