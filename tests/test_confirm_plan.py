@@ -66,6 +66,17 @@ def test_the_cheapest_to_decide_go_first_and_the_budget_holds():
     assert tiny.chosen == (cheap.name,)
 
 
+def test_stored_regressions_go_first_even_when_dearer():
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    candidates = _candidates(base, cand)
+    costs = confirm_plan.plan(candidates, base, cand, budget_s=100_000).estimates
+    cheap, dear = sorted(costs.values(), key=lambda e: e.seconds)
+    marked = [dataclasses.replace(c, verdict=Verdict.REGRESSION) if c.name == dear.name else c
+              for c in candidates]
+    tight = confirm_plan.plan(marked, base, cand, budget_s=1)
+    assert tight.chosen == (dear.name,) and tight.left == (cheap.name,)
+
+
 def test_compiling_counts_on_both_sides():
     base = _run(1, A)
     plain = confirm_plan.plan(_candidates(base, _run(2, B, factors={"decode": 1.5})), base,
@@ -102,6 +113,6 @@ def test_the_confirmation_re_measures_the_chosen_and_names_the_rest(monkeypatch)
     assert verdicts[other].verdict is Verdict.NOT_CONFIRMED
     assert "not re-measured: the confirmation's budget went to" in verdicts[other].reason
     assert confirmed.confirmation["left"] == [other]
-    assert ("1 more slower benchmark(s) its budget would not decide keep their stored "
-            "verdicts") in gate.render_text(confirmed)
+    assert ("1 more slower benchmark(s) its budget would not decide are not confirmed"
+            in gate.render_text(confirmed))
     assert confirmed.exit_code == 1  # one confirmed regression fails the run

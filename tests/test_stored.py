@@ -9,6 +9,7 @@ tests/test_confirm_real.py) settles what the stored runs could not.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -325,15 +326,48 @@ def test_a_slowdown_the_ab_clears_passes(fake_ab):
                if c.name in DECODE)
 
 
-def test_a_slowdown_the_ab_cannot_decide_in_its_budget_keeps_its_stored_verdict(fake_ab):
+def test_a_slowdown_the_ab_cannot_decide_in_its_budget_is_not_confirmed(fake_ab):
     fake_ab(verdict=Verdict.INCONCLUSIVE)
     result = confirm.confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
     assert {_verdicts(result)[k] for k in DECODE} == {Verdict.NOT_CONFIRMED}
     assert result.exit_code == EXIT_NOT_CONFIRMED
     assert result.confirmation["status"] == "ran"
+
+
+def _beyond_the_noise():
+    """Stored regressions: slower on the rounds and beyond the measured noise between runs
+    (a run disturbed by other work beside it can be, several times over)."""
     beyond = gate.compare_runs(_run(1, QUIET_COMMIT), _run(2, B, factors={"decode": 1.4}),
                                history=quiet_history())
-    assert confirm.confirm(beyond, pytest_args=[], budget_s=60).exit_code == EXIT_REGRESSION
+    assert {k for k, v in _verdicts(beyond).items() if v is Verdict.REGRESSION} == DECODE
+    return beyond
+
+
+def test_a_stored_regression_fails_nothing_until_a_paired_ab_confirms_it(fake_ab):
+    fake_ab(verdict=Verdict.INCONCLUSIVE)
+    undecided = confirm.confirm(_beyond_the_noise(), pytest_args=[], budget_s=60)
+    assert {_verdicts(undecided)[k] for k in DECODE} == {Verdict.NOT_CONFIRMED}
+    assert undecided.exit_code == EXIT_NOT_CONFIRMED
+    assert all("not a regression until a paired A/B confirms it (the paired A/B did not "
+               "decide it)" in c.reason for c in undecided.comparisons if c.name in DECODE)
+    fake_ab(verdict=Verdict.UNCHANGED)
+    assert confirm.confirm(_beyond_the_noise(), pytest_args=[], budget_s=60).exit_code == EXIT_OK
+    fake_ab(verdict=Verdict.REGRESSION)
+    assert confirm.confirm(_beyond_the_noise(), pytest_args=[],
+                           budget_s=60).exit_code == EXIT_REGRESSION
+
+
+def test_a_stored_regression_no_ab_can_check_is_not_confirmed_unless_confirming_was_declined(
+        fake_ab):
+    fake = fake_ab(verdict=Verdict.REGRESSION)
+    stored_only = confirm.confirm(_beyond_the_noise(), pytest_args=[], budget_s=None)
+    assert stored_only.exit_code == EXIT_REGRESSION  # --no-confirm: the stored verdicts stand
+    dirty = _beyond_the_noise()
+    dirty = dataclasses.replace(dirty, baseline=_run(1, QUIET_COMMIT, dirty=True))
+    result = confirm.confirm(dirty, pytest_args=[], budget_s=60)
+    assert fake.calls == [] and result.exit_code == EXIT_NOT_CONFIRMED
+    assert all("none could run: the baseline ran uncommitted changes" in c.reason
+               for c in result.comparisons if c.name in DECODE)
 
 
 def test_an_undecided_ab_that_rules_out_a_regression_clears_it(fake_ab):
@@ -387,6 +421,26 @@ def test_an_injected_slowdown_is_injected_on_the_candidate_side_of_the_ab(fake_a
     confirm.confirm(gate.compare_runs(_run(1), slowed), pytest_args=[], budget_s=60)
     (_, kw), = fake.calls
     assert kw["candidate_args"] == ["-p", "llmbench.bench.inject", "--slow-down=decode_step=0.5"]
+
+
+@pytest.mark.parametrize("ab, budget", [(Verdict.INCONCLUSIVE, 60), (None, None)])
+def test_a_saved_confirmation_that_settled_no_stored_regression_keeps_it_unconfirmed(
+        fake_ab, ab, budget):
+    """Beyond the noise between runs, left undecided by the A/B (or with the A/B declined):
+    `llmbench compare` of the saved pair gives what the suite gave."""
+    fake_ab(verdict=ab or Verdict.REGRESSION)
+    baseline = _run(1, QUIET_COMMIT)
+    candidate_json = make_run(2, factors={"decode": 1.4})
+    candidate_json["commit_info"] = {"id": B, "dirty": False}
+    confirmed = confirm.confirm(
+        gate.compare_runs(baseline, run_from_json(candidate_json, "c"), history=quiet_history()),
+        pytest_args=[], budget_s=budget)
+    candidate_json["llmbench"]["confirmation"] = json.loads(json.dumps(confirmed.confirmation))
+    again = gate.compare_runs(baseline, run_from_json(candidate_json, "saved"),
+                              history=quiet_history())
+    assert _verdicts(again) == _verdicts(confirmed)
+    assert again.exit_code == confirmed.exit_code == (
+        EXIT_NOT_CONFIRMED if budget else EXIT_REGRESSION)
 
 
 def test_a_saved_confirmation_gives_compare_the_same_verdicts(fake_ab):

@@ -1,16 +1,20 @@
 """Confirm before condemning: a stored comparison's slower benchmarks settled by a paired A/B.
 
 A stored comparison sees two runs minutes or days apart; a benchmark slower in that pair may
-be the machine. When the two runs measured different code and the baseline's commit is in
-this repository, the suite's gate re-measures exactly those benchmarks as `llmbench ab` does:
+be the machine, and a run disturbed by other work beside it can be several times slower on
+a few benchmarks, beyond any noise measured between quiet runs. So no stored verdict fails
+a run by itself. When the two runs measured different code and the baseline's commit is in
+this repository, the suite's gate re-measures the slower benchmarks as `llmbench ab` does:
 the baseline's commit in a temporary worktree against the working tree, one round each in
-turn, judged sequentially within `--confirm-budget` (wall time, both sides' start included).
-The A/B's verdicts replace the stored ones (`gate.stored.settle`); one it cannot decide
-within the budget keeps its stored verdict. Where no A/B can reproduce the two runs (no git,
-the commit is gone, the baseline ran uncommitted changes or a slowdown injected on top, the
-library versions differ, an external server was measured), the comparison says why and its
-slower benchmarks keep their stored verdicts: "not confirmed" (exit 6), neither a pass nor a
-regression, unless already beyond the measured noise between runs.
+turn, judged sequentially within `--confirm-budget` (wall time, both sides' start included),
+the stored regressions first (`confirm_plan`). The A/B's verdicts replace the stored ones
+(`gate.stored.settle`). A slower benchmark the A/B did not decide, whether the budget left
+it out or the pairs could not settle it, is "not confirmed" (exit 6): neither a pass nor a
+regression. Where no A/B can reproduce the two runs (no git, the commit is gone, the
+baseline ran uncommitted changes or a slowdown injected on top, the library versions
+differ, an external server was measured), the comparison says why and its slower
+benchmarks are "not confirmed" too. Only `--no-confirm` leaves the stored verdicts as they
+are: a regression beyond the measured noise between runs then fails the run unconfirmed.
 """
 
 from __future__ import annotations
@@ -73,6 +77,9 @@ def injected_args(run: runs.Run) -> list[str]:
 
 def _not_run(result: GateResult, why: str, keys: Sequence[str]) -> GateResult:
     commit = (result.baseline.commit_info.get("id") or "")[:8]
+    if why != stored.NO_CONFIRM:
+        result = dataclasses.replace(result, comparisons=stored.unconfirmed(
+            result.comparisons, keys, f"none could run: {why}"))
     return dataclasses.replace(result, confirmation={
         "status": "not run", "why": why, "against": commit,
         "baseline": stored.run_stamp(result.baseline), "benchmarks": list(keys)})
@@ -86,7 +93,7 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     if not keys:
         return result
     if budget_s is None:
-        return _not_run(result, "--no-confirm", keys)
+        return _not_run(result, stored.NO_CONFIRM, keys)
     if (why := why_not(result)) is not None:
         return _not_run(result, why, keys)
     from llmbench.ab import run_ab  # git worktrees and worker processes: only now
@@ -99,7 +106,8 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
         left = (f"; {len(chosen.left)} more left as they are (the budget would not decide "
                 "them)" if chosen.left else "")
         print(f"\nllmbench: confirming {len(chosen.chosen)} of {len(keys)} slower "
-              f"benchmark(s), cheapest to decide first, by a paired A/B against {commit[:8]}, "
+              f"benchmark(s), stored regressions first, then cheapest to decide, by a paired "
+              f"A/B against {commit[:8]}, "
               f"within {budget_s:.0f} s{left}", file=log, flush=True)
     started = time.monotonic()
     try:
@@ -109,7 +117,10 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     except UserError as exc:
         return _not_run(result, f"the paired A/B failed: {exc}", keys)
     judged = {c.name: c for c in paired.comparisons}
-    comparisons = _left_out(stored.settle(result.comparisons, judged), chosen.left, commit)
+    decided = {k for k, c in judged.items() if c.verdict is not Verdict.INCONCLUSIVE}
+    comparisons = stored.unconfirmed(
+        _left_out(stored.settle(result.comparisons, judged), chosen.left, commit),
+        [k for k in keys if k not in decided], stored.UNDECIDED)
     return dataclasses.replace(
         result, comparisons=comparisons,
         confirmation={"status": "ran", "against": commit,
@@ -121,8 +132,8 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
 
 
 def _left_out(comparisons, left: Sequence[str], commit: str):
-    """The candidates the budget could not decide keep their stored verdicts, saying why and
-    how to decide them."""
+    """The candidates the budget left out say why and how to decide them (a stored regression
+    among them is then made "not confirmed" by `unconfirmed`)."""
     out = []
     for c in comparisons:
         if c.name in left:

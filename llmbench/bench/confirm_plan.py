@@ -1,4 +1,5 @@
-"""Which slower benchmarks the confirmation's budget can decide, cheapest to decide first.
+"""Which slower benchmarks the confirmation's budget can decide: stored regressions first,
+then the cheapest to decide.
 
 A paired A/B shares its budget equally among the benchmarks it is given. Handed every
 slower benchmark of a run (a slowdown in the decode loop makes a dozen of them slower), each
@@ -7,9 +8,10 @@ decides none: the run ends "not confirmed" although the slowdown is real. So the
 confirmation re-measures only the candidates its budget can decide, chosen by what each is
 expected to cost: the pairs it needs (from its stored ratio's margin over the threshold and
 its rounds' spread, as a power calculation at the design's per-look level) times a pair's
-time (both sides' rounds), plus compiling on both sides for a compiled case. The others
-keep their stored verdict ("not confirmed"), and the line says which were left out and how
-to decide them. One confirmed regression already fails the run; the rest only name more.
+time (both sides' rounds), plus compiling on both sides for a compiled case. Stored
+regressions go first, since only a confirmation lets them fail the run. The others stay
+"not confirmed", and the line says which were left out and how to decide them. One
+confirmed regression already fails the run; the rest only name more.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 from llmbench import runs
 from llmbench.gate.sequential import DEFAULT_MAX_PAIRS, Design
-from llmbench.gate.stats import Comparison
+from llmbench.gate.stats import Comparison, Verdict
 
 # A pair costs both rounds and the turn-taking around them (the worker's handshake, the
 # round's own output check): a margin on the two rounds' time.
@@ -45,7 +47,7 @@ class Estimate:
 @dataclass(frozen=True)
 class Plan:
     chosen: tuple[str, ...]  # to re-measure, cheapest to decide first
-    left: tuple[str, ...]  # not within the budget: they keep their stored verdicts
+    left: tuple[str, ...]  # not within the budget: "not confirmed"
     estimates: dict[str, Estimate]
     start_s: float
 
@@ -78,8 +80,9 @@ def _compile_s(bench: runs.Benchmark) -> float:
 
 def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.Run,
          budget_s: float, design: Design | None = None) -> Plan:
-    """The candidates to re-measure within `budget_s`: by expected cost, cheapest first,
-    while they fit; the cheapest always, so a small budget still tries one."""
+    """The candidates to re-measure within `budget_s`: stored regressions first, each group
+    by expected cost, cheapest first, while they fit; the first always, so a small budget
+    still tries one."""
     design = design or Design()
     load = sum(float(v) for v in (candidate.info.get("load_s"), candidate.info.get("warmup_s"))
                if isinstance(v, (int, float)))
@@ -93,7 +96,8 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
         round_s = max(base.median_s, cand.median_s)
         seconds = n * 2 * round_s * PAIR_OVERHEAD + 2 * _compile_s(cand) + BETWEEN_S
         estimates[c.name] = Estimate(c.name, n, seconds)
-    order = sorted(estimates.values(), key=lambda e: e.seconds)
+    regressions = {c.name for c in candidates if c.verdict is Verdict.REGRESSION}
+    order = sorted(estimates.values(), key=lambda e: (e.name not in regressions, e.seconds))
     chosen, left, spent = [], [], start
     for estimate in order:
         if not chosen or spent + estimate.seconds <= budget_s:

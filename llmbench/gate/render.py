@@ -184,7 +184,7 @@ def code_lines(result: GateResult) -> list[str]:
                      f"{len(conf.get('benchmarks', ()))} benchmarks in "
                      f"{conf.get('seconds', 0):.0f} s; their verdicts are the A/B's"
                      + (f"; {len(left)} more slower benchmark(s) its budget would not "
-                        "decide keep their stored verdicts" if left else ""))
+                        "decide are not confirmed" if left else ""))
     elif conf is not None:
         lines.append(f"not confirmed by a paired A/B: {conf.get('why')}")
     return lines

@@ -143,12 +143,34 @@ def recorded_confirmation(baseline: Run, candidate: Run) -> Mapping | None:
     return recorded
 
 
+def unconfirmed(comparisons: Sequence[Comparison], names, why: str) -> tuple[Comparison, ...]:
+    """The stored regressions among `names` as "not confirmed": a stored comparison flags a
+    slowdown, and only a paired A/B that confirms it makes it a regression (a run disturbed
+    by other work can be several times slower on a few benchmarks, beyond any noise
+    measured between quiet runs)."""
+    names = set(names)
+    return tuple(dataclasses.replace(c, verdict=Verdict.NOT_CONFIRMED, reason=(
+        f"{c.reason}; not a regression until a paired A/B confirms it ({why})"))
+        if c.name in names and c.verdict is Verdict.REGRESSION else c for c in comparisons)
+
+
+# The suite's `--no-confirm`: the user declined the A/B, and the stored verdicts stand.
+NO_CONFIRM = "--no-confirm"
+UNDECIDED = "the paired A/B did not decide it"
+
+
 def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping
                    ) -> tuple[Comparison, ...]:
-    """The stored verdicts settled by a recorded paired A/B, as when it ran."""
+    """The stored verdicts settled by a recorded paired A/B, as when it ran: the A/B's
+    verdicts, and its candidates it did not decide (or could not run for) not confirmed."""
+    covered = [*(recorded.get("benchmarks") or ()), *(recorded.get("left") or ())]
     if recorded.get("status") != "ran":
-        return tuple(comparisons)
+        why = recorded.get("why")
+        return (tuple(comparisons) if why == NO_CONFIRM
+                else unconfirmed(comparisons, covered, f"none could run: {why}"))
     judged = [comparison_from_json(d) for d in recorded.get("comparisons") or ()]
+    decided = {c.name for c in judged if c.verdict is not Verdict.INCONCLUSIVE}
     # Every benchmark the A/B judged, whatever the stored verdict is now: the history (and so
     # the noise between runs) may have grown since, and the A/B's verdict is the one given.
-    return settle(comparisons, {c.name: c for c in judged}, slower_only=False)
+    settled = settle(comparisons, {c.name: c for c in judged}, slower_only=False)
+    return unconfirmed(settled, [k for k in covered if k not in decided], UNDECIDED)
