@@ -10,6 +10,7 @@ from gate_runs import make_run
 
 from llmbench import gate
 from llmbench.bench import confirm, confirm_plan
+from llmbench.gate import stored
 from llmbench.gate.sequential import Design
 from llmbench.gate.stats import Verdict
 from llmbench.runs import run_from_json
@@ -116,3 +117,30 @@ def test_the_confirmation_re_measures_the_chosen_and_names_the_rest(monkeypatch)
     assert ("1 more slower benchmark(s) its budget would not decide are not confirmed"
             in gate.render_text(confirmed))
     assert confirmed.exit_code == 1  # one confirmed regression fails the run
+
+
+def test_a_stored_regression_the_budget_left_out_is_not_confirmed_here_and_in_compare(
+        monkeypatch):
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+
+    def fake_ab(rev, **kw):
+        keys = [k for k in kw["pytest_args"] if "::" in k]
+        stored = gate.compare_runs(base, cand)
+        return dataclasses.replace(stored, code=None, comparisons=tuple(
+            dataclasses.replace(c, verdict=Verdict.REGRESSION, n_pairs=18, reason="paired")
+            for c in stored.comparisons if c.name in keys))
+
+    monkeypatch.setattr("llmbench.ab.run_ab", fake_ab)
+    plain = gate.compare_runs(base, cand)
+    # Both slower benchmarks as stored regressions (beyond a measured noise), one budget.
+    result = dataclasses.replace(plain, comparisons=tuple(
+        dataclasses.replace(c, verdict=Verdict.REGRESSION) if c.name in (CHEAP, DEAR) else c
+        for c in plain.comparisons))
+    confirmed = confirm.confirm(result, pytest_args=[], budget_s=1)
+    [left] = confirmed.confirmation["left"]
+    verdicts = {c.name: c for c in confirmed.comparisons}
+    assert verdicts[left].verdict is Verdict.NOT_CONFIRMED
+    assert "the confirmation's budget left it out" in verdicts[left].reason
+    assert confirmed.exit_code == 1  # the one it re-measured was confirmed
+    again = stored.apply_recorded(result.comparisons, confirmed.confirmation)
+    assert {c.name: c.verdict for c in again} == {k: c.verdict for k, c in verdicts.items()}

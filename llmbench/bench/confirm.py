@@ -103,7 +103,7 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
                                result.baseline, result.candidate, budget_s)
     if log is not None:
         # A line of its own: pytest's progress line may not have ended yet.
-        left = (f"; {len(chosen.left)} more left as they are (the budget would not decide "
+        left = (f"; {len(chosen.left)} more not confirmed (the budget would not decide "
                 "them)" if chosen.left else "")
         print(f"\nllmbench: confirming {len(chosen.chosen)} of {len(keys)} slower "
               f"benchmark(s), stored regressions first, then cheapest to decide, by a paired "
@@ -119,7 +119,8 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     judged = {c.name: c for c in paired.comparisons}
     decided = {k for k, c in judged.items() if c.verdict is not Verdict.INCONCLUSIVE}
     comparisons = stored.unconfirmed(
-        _left_out(stored.settle(result.comparisons, judged), chosen.left, commit),
+        stored.unconfirmed(_left_out(stored.settle(result.comparisons, judged), chosen.left,
+                                     commit), chosen.left, stored.LEFT_OUT),
         [k for k in keys if k not in decided], stored.UNDECIDED)
     return dataclasses.replace(
         result, comparisons=comparisons,
@@ -138,8 +139,8 @@ def _left_out(comparisons, left: Sequence[str], commit: str):
     for c in comparisons:
         if c.name in left:
             c = dataclasses.replace(c, reason=(
-                f"{c.reason}; not re-measured: the confirmation's budget went to the slower "
-                f"benchmarks cheapest to decide (`llmbench ab {commit[:8]} -- -k ...` "
-                "decides it)"))
+                f"{c.reason}; not re-measured: the confirmation's budget went to stored "
+                f"regressions first, then to the slower benchmarks cheapest to decide "
+                f"(`llmbench ab {commit[:8]} -- -k ...` decides it)"))
         out.append(c)
     return tuple(out)

@@ -281,8 +281,9 @@ def summary_line(result: GateResult) -> str:
         line += (f"; {len(slower)} significantly slower, not proven beyond the threshold "
                  f"({_listed([result.labels[c.name] for c in slower], 3)})")
     if not_confirmed:
-        line += (" (not confirmed is not a pass: slower in these two runs, not proven beyond "
-                 "the noise between runs; a paired A/B decides)")
+        line += (" (not confirmed is not a pass: slower in these two runs, and neither "
+                 "confirmed by a paired A/B nor proven beyond the noise between runs; a "
+                 "paired A/B decides)")
     if n["inconclusive"] and result.rounds_needed is not None:
         most, unit = result.rounds_needed
         per_side = "" if unit == "pairs" else "/side"

@@ -74,8 +74,9 @@ class Verdict(str, Enum):
     IMPROVEMENT = "improvement"
     UNCHANGED = "unchanged"
     INCONCLUSIVE = "inconclusive"
-    # Never given here: a stored comparison's regression on the rounds that the noise
-    # between runs, or a paired A/B that could not run, leaves unproven (`gate.stored`).
+    # Never given here: a stored comparison's slowdown that nothing proved, neither the
+    # noise between runs nor a paired A/B (one that could not run, was left out by the
+    # budget, or did not decide it) (`gate.stored`).
     NOT_CONFIRMED = "not confirmed"
 
     def __str__(self) -> str:

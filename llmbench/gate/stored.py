@@ -157,13 +157,15 @@ def unconfirmed(comparisons: Sequence[Comparison], names, why: str) -> tuple[Com
 # The suite's `--no-confirm`: the user declined the A/B, and the stored verdicts stand.
 NO_CONFIRM = "--no-confirm"
 UNDECIDED = "the paired A/B did not decide it"
+LEFT_OUT = "the confirmation's budget left it out"
 
 
 def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping
                    ) -> tuple[Comparison, ...]:
     """The stored verdicts settled by a recorded paired A/B, as when it ran: the A/B's
     verdicts, and its candidates it did not decide (or could not run for) not confirmed."""
-    covered = [*(recorded.get("benchmarks") or ()), *(recorded.get("left") or ())]
+    left = list(recorded.get("left") or ())
+    covered = [*(recorded.get("benchmarks") or ()), *left]
     if recorded.get("status") != "ran":
         why = recorded.get("why")
         return (tuple(comparisons) if why == NO_CONFIRM
@@ -172,5 +174,6 @@ def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping
     decided = {c.name for c in judged if c.verdict is not Verdict.INCONCLUSIVE}
     # Every benchmark the A/B judged, whatever the stored verdict is now: the history (and so
     # the noise between runs) may have grown since, and the A/B's verdict is the one given.
-    settled = settle(comparisons, {c.name: c for c in judged}, slower_only=False)
+    settled = unconfirmed(settle(comparisons, {c.name: c for c in judged}, slower_only=False),
+                          left, LEFT_OUT)
     return unconfirmed(settled, [k for k in covered if k not in decided], UNDECIDED)
