@@ -17,7 +17,6 @@ from llmbench.serve import admission
 from llmbench.serve.request import Outcome
 from llmbench.serve.scheduler import Scheduler, SchedulerFull
 
-
 # Compiled steps share dynamo's caches with the other compiling tests: one worker runs them.
 pytestmark = pytest.mark.xdist_group("compile-or-paired-timing")
 # Slots long enough for the longest request below (4000 new tokens, cancelled early).

@@ -101,7 +101,8 @@ def test_a_sliding_window_model_is_refused_at_startup(eager, kv_cache):
 
 @pytest.mark.parametrize("max_context", [1, 8193])
 def test_a_slot_must_hold_two_positions_and_fit_the_models_context(static, max_context):
-    with pytest.raises(UserError, match="--max-context must be between 2 and tiny's context of 8192 tokens"):
+    with pytest.raises(UserError, match="--max-context must be between 2 and tiny's "
+                                        "context of 8192 tokens"):
         Scheduler(static, max_batch_size=1, max_waiting=1, max_context=max_context)
 
 

@@ -5,8 +5,9 @@ one forward pass, left-padded to the longest prompt under an attention mask, wit
 row's own position ids, as the engine prefills a static batch. One pass over several
 prompts costs far less than one pass each, and the requests that arrive together are
 exactly the ones a burst of load brings. A lone request is prefilled without padding or
-mask, as `engine.loop` prefills a single request on a growing cache. Each row's first token is sampled with its own
-`SamplingParams` and generator and emitted at once; a row that ends there never joins.
+mask, as `engine.loop` prefills a single request on a growing cache. Each row's first
+token is sampled with its own `SamplingParams` and generator and emitted at once; a row
+that ends there never joins.
 """
 
 from __future__ import annotations

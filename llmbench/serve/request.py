@@ -67,7 +67,7 @@ class Request:
     def decode_ms_per_token(self) -> float | None:
         """The median time between this request's consecutive tokens where the model made
         them (the scheduler's steps, batch and admissions included); None below 2 tokens."""
-        gaps = [b - a for a, b in zip(self.token_times, self.token_times[1:])]
+        gaps = [b - a for a, b in zip(self.token_times, self.token_times[1:], strict=False)]
         return 1e3 * statistics.median(gaps) if gaps else None
 
     def _put(self, item: TokenEvent | Outcome) -> None:

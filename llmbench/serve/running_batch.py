@@ -2,11 +2,11 @@
 attention mask, and the step that advances them all by one token.
 
 The requests admitted at a step boundary are prefilled together and their first tokens
-emitted (`admission`); the ones that go on join the batch's cache (`kv_batch.merge`). Each `decode` feeds one token per row at
-the row's own position, samples each row with its own `SamplingParams` and generator, emits
-the tokens, and drops the rows that finished. Only the scheduler's thread touches a batch,
-so it needs no lock; how requests end (counters, the `Outcome`) is the scheduler's, through
-the `finish` callback.
+emitted (`admission`); the ones that go on join the batch's cache (`kv_batch.merge`).
+Each `decode` feeds one token per row at the row's own position, samples each row with
+its own `SamplingParams` and generator, emits the tokens, and drops the rows that
+finished. Only the scheduler's thread touches a batch, so it needs no lock; how requests
+end (counters, the `Outcome`) is the scheduler's, through the `finish` callback.
 """
 
 from __future__ import annotations

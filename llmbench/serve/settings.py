@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from llmbench.errors import UserError
 
-
 # Positions per sequence in a static cache's slots: attention spans all of them at every
 # step, so the default stays near the longest requests a small model's server expects.
 DEFAULT_MAX_CONTEXT = 512

@@ -54,8 +54,8 @@ class SlotBatch:
         self.lm = lm
         self._finish = finish
         self.max_len = max_len
-        self._compiled = lm.compiled_decoder is not None
-        self._sizes = buckets(max_batch_size) if self._compiled else None
+        # Compiled steps run at bucket sizes (one graph each); eager ones at the exact size.
+        self._sizes = buckets(max_batch_size) if lm.compiled_decoder is not None else None
         self._rows: list[Row] = []
         self._cache = SlotCache.allocate(lm.model, lm.dtype, max_batch_size, max_len)
         self._views: dict[int, SlotCache] = {}  # kept: a compiled graph is per view object
