@@ -89,25 +89,83 @@ def test_compiling_counts_on_both_sides():
     assert compiled.chosen[0] == CHEAP
 
 
-def test_the_confirmation_re_measures_the_chosen_and_names_the_rest(monkeypatch):
-    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
-    calls = []
+class Clock:
+    """confirm's clock: an A/B takes the seconds a test says (`spend`: of its budget)."""
 
+    def __init__(self, spend=1.0):
+        self.now, self.spend = 1000.0, spend
+
+    def monotonic(self):
+        return self.now
+
+    def ab(self, budget_s):
+        self.now += self.spend * budget_s
+
+
+def _fake_ab(monkeypatch, base, cand, clock, calls):
+    """Stands for `run_ab`: every benchmark it is given confirmed, in the clock's time."""
     def fake_ab(rev, **kw):
-        calls.append(kw["pytest_args"])
-        stored = gate.compare_runs(base, cand)
+        calls.append(kw)
+        clock.ab(kw["budget_s"])
         keys = [k for k in kw["pytest_args"] if "::" in k]
+        stored = gate.compare_runs(base, cand)
         return dataclasses.replace(stored, code=None, comparisons=tuple(
             dataclasses.replace(c, verdict=Verdict.REGRESSION, n_pairs=18, reason="paired")
             for c in stored.comparisons if c.name in keys))
 
     monkeypatch.setattr("llmbench.ab.run_ab", fake_ab)
+    monkeypatch.setattr(confirm, "time", clock)
+
+
+def test_budget_a_pass_leaves_goes_to_what_it_left_out(monkeypatch):
+    """The plan costs candidates from the stored runs' spread; pairs that decide sooner
+    leave time, and a further pass spends it on the candidates left out, each pass at its
+    share of alpha."""
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
+    cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
+    budget = wide.start_s + cheap.seconds + 1
+    calls = []
+    _fake_ab(monkeypatch, base, cand, Clock(spend=0.0), calls)  # each pass ends at once
+    confirmed = confirm.confirm(gate.compare_runs(base, cand), pytest_args=[],
+                                budget_s=budget)
+    assert [[a for a in kw["pytest_args"] if "::" in a] for kw in calls] == [[cheap.name],
+                                                                           [dear.name]]
+    alpha = gate.GateOptions().alpha
+    assert [kw["options"].alpha for kw in calls] == [pytest.approx(alpha / 2)] * 2
+    assert {c.name: c.verdict for c in confirmed.comparisons if c.name in (CHEAP, DEAR)} == {
+        CHEAP: Verdict.REGRESSION, DEAR: Verdict.REGRESSION}
+    assert confirmed.confirmation["left"] == [] and confirmed.confirmation["passes"] == 2
+    assert "2 benchmarks in 0 s (2 passes)" in gate.render_text(confirmed)
+    again = stored.apply_recorded(gate.compare_runs(base, cand).comparisons,
+                                  confirmed.confirmation)
+    assert {c.name: c.verdict for c in again} == {
+        c.name: c.verdict for c in confirmed.comparisons}
+
+
+def test_no_further_pass_without_time_for_its_first_look():
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    candidates = _candidates(base, cand)
+    design = Design()
+    wide = confirm_plan.plan(candidates, base, cand, budget_s=100_000)
+    first_look = min(e.seconds - (e.pairs - design.looks[0]) * e.pair_s
+                     for e in wide.estimates.values())
+    assert confirm_plan.another_pass(candidates, base, cand, wide.start_s + first_look)
+    assert confirm_plan.another_pass(candidates, base, cand,
+                                     wide.start_s + first_look - 1) is None
+
+
+def test_the_confirmation_re_measures_the_chosen_and_names_the_rest(monkeypatch):
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    calls = []
+    # The A/B spends its whole budget: nothing is left for a further pass.
+    _fake_ab(monkeypatch, base, cand, Clock(spend=1.0), calls)
     result = gate.compare_runs(base, cand)
     wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
     cheap = min(wide.estimates.values(), key=lambda e: e.seconds)
     budget = wide.start_s + cheap.seconds + 1
     confirmed = confirm.confirm(result, pytest_args=["--model=tiny"], budget_s=budget)
-    assert [a for a in calls[0] if "::" in a] == [cheap.name]
+    assert [a for a in calls[0]["pytest_args"] if "::" in a] == [cheap.name]
     verdicts = {c.name: c for c in confirmed.comparisons}
     assert verdicts[cheap.name].verdict is Verdict.REGRESSION
     other = (set(wide.estimates) - {cheap.name}).pop()
@@ -123,14 +181,7 @@ def test_a_stored_regression_the_budget_left_out_is_not_confirmed_here_and_in_co
         monkeypatch):
     base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
 
-    def fake_ab(rev, **kw):
-        keys = [k for k in kw["pytest_args"] if "::" in k]
-        stored = gate.compare_runs(base, cand)
-        return dataclasses.replace(stored, code=None, comparisons=tuple(
-            dataclasses.replace(c, verdict=Verdict.REGRESSION, n_pairs=18, reason="paired")
-            for c in stored.comparisons if c.name in keys))
-
-    monkeypatch.setattr("llmbench.ab.run_ab", fake_ab)
+    _fake_ab(monkeypatch, base, cand, Clock(spend=1.0), [])
     plain = gate.compare_runs(base, cand)
     # Both slower benchmarks as stored regressions (beyond a measured noise), one budget.
     result = dataclasses.replace(plain, comparisons=tuple(

@@ -7,7 +7,8 @@ a run by itself. When the two runs measured different code and the baseline's co
 this repository, the suite's gate re-measures the slower benchmarks as `llmbench ab` does:
 the baseline's commit in a temporary worktree against the working tree, one round each in
 turn, judged sequentially within `--confirm-budget` (wall time, both sides' start included),
-the stored regressions first (`confirm_plan`). The A/B's verdicts replace the stored ones
+the stored regressions first (`confirm_plan`), and further passes over those left out
+while the budget lasts. The A/B's verdicts replace the stored ones
 (`gate.stored.settle`). A slower benchmark the A/B did not decide, whether the budget left
 it out or the pairs could not settle it, is "not confirmed" (exit 6): neither a pass nor a
 regression. Where no A/B can reproduce the two runs (no git, the commit is gone, the
@@ -28,7 +29,7 @@ from llmbench import runs
 from llmbench.bench import confirm_plan
 from llmbench.errors import UserError
 from llmbench.gate import GateResult, stored, summary_line
-from llmbench.gate.stats import Verdict
+from llmbench.gate.stats import Comparison, Verdict
 
 
 def to_confirm(result: GateResult) -> list[str]:
@@ -99,37 +100,73 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     from llmbench.ab import run_ab  # git worktrees and worker processes: only now
 
     commit = result.baseline.commit_info["id"]
-    chosen = confirm_plan.plan([c for c in result.comparisons if c.name in keys],
-                               result.baseline, result.candidate, budget_s)
-    if log is not None:
-        # A line of its own: pytest's progress line may not have ended yet.
-        left = (f"; {len(chosen.left)} more not confirmed (the budget would not decide "
-                "them)" if chosen.left else "")
-        print(f"\nllmbench: confirming {len(chosen.chosen)} of {len(keys)} slower "
-              f"benchmark(s), stored regressions first, then cheapest to decide, by a paired "
-              f"A/B against {commit[:8]}, "
-              f"within {budget_s:.0f} s{left}", file=log, flush=True)
+    slower = [c for c in result.comparisons if c.name in keys]
+    chosen = confirm_plan.plan(slower, result.baseline, result.candidate, budget_s)
     started = time.monotonic()
-    try:
-        paired = run_ab(commit, budget_s=budget_s, pytest_args=[*pytest_args, *chosen.chosen],
-                        options=dataclasses.replace(result.options, normalize=False),
-                        repo=repo, candidate_args=injected_args(result.candidate), log=log)
-    except UserError as exc:
-        return _not_run(result, f"the paired A/B failed: {exc}", keys)
-    judged = {c.name: c for c in paired.comparisons}
+    judged: dict[str, Comparison] = {}
+    tested: list[str] = []
+    summaries: list[str] = []
+    while True:
+        _say_pass(log, chosen, len(keys), commit, budget_s - (time.monotonic() - started),
+                  first=not tested)
+        # Each pass tests its share of the candidates at its share of alpha, so every pass
+        # together holds the family's error rate (Bonferroni over all the candidates, as
+        # the plan assumed when it costed them).
+        options = dataclasses.replace(result.options, normalize=False,
+                                      alpha=result.options.alpha * len(chosen.chosen)
+                                      / len(keys))
+        try:
+            paired = run_ab(commit, budget_s=budget_s - (time.monotonic() - started),
+                            pytest_args=[*pytest_args, *chosen.chosen], options=options,
+                            repo=repo, candidate_args=injected_args(result.candidate), log=log)
+        except UserError as exc:
+            if not tested:
+                return _not_run(result, f"the paired A/B failed: {exc}", keys)
+            # A later pass that fails leaves what the earlier ones decided; its candidates
+            # stay not confirmed, as if the budget had left them out.
+            if log is not None:
+                print(f"llmbench: the further A/B failed ({exc}); its benchmarks stay not "
+                      "confirmed", file=log, flush=True)
+            left = [*chosen.chosen, *chosen.left]
+            break
+        judged.update((c.name, c) for c in paired.comparisons)
+        tested += chosen.chosen
+        summaries.append(summary_line(paired))
+        left = list(chosen.left)
+        again = confirm_plan.another_pass(
+            [c for c in slower if c.name in left], result.baseline, result.candidate,
+            budget_s - (time.monotonic() - started)) if left else None
+        if again is None:
+            break
+        chosen = again
     decided = {k for k, c in judged.items() if c.verdict is not Verdict.INCONCLUSIVE}
     comparisons = stored.unconfirmed(
-        stored.unconfirmed(_left_out(stored.settle(result.comparisons, judged), chosen.left,
-                                     commit), chosen.left, stored.LEFT_OUT),
+        stored.unconfirmed(_left_out(stored.settle(result.comparisons, judged), left,
+                                     commit), left, stored.LEFT_OUT),
         [k for k in keys if k not in decided], stored.UNDECIDED)
     return dataclasses.replace(
         result, comparisons=comparisons,
         confirmation={"status": "ran", "against": commit,
                       "baseline": stored.run_stamp(result.baseline),
-                      "benchmarks": list(chosen.chosen), "left": list(chosen.left),
+                      "benchmarks": tested, "left": left,
+                      "passes": len(summaries),
                       "seconds": round(time.monotonic() - started, 1),
-                      "summary": summary_line(paired),
-                      "comparisons": [stored.comparison_json(c) for c in paired.comparisons]})
+                      "summary": " | ".join(summaries),
+                      "comparisons": [stored.comparison_json(c) for c in judged.values()]})
+
+
+def _say_pass(log: TextIO | None, chosen: confirm_plan.Plan, candidates: int, commit: str,
+              budget_s: float, first: bool) -> None:
+    if log is None:
+        return
+    left = (f"; {len(chosen.left)} more not confirmed unless time is left over for them"
+            if chosen.left else "")
+    # A line of its own: pytest's progress line may not have ended yet.
+    print(f"\nllmbench: confirming {len(chosen.chosen)} of {candidates} slower "
+          f"benchmark(s), stored regressions first, then cheapest to decide, by a paired "
+          f"A/B against {commit[:8]}, within {budget_s:.0f} s{left}" if first else
+          f"\nllmbench: {budget_s:.0f} s of the budget left: a further paired A/B of "
+          f"{len(chosen.chosen)} benchmark(s) it left out{left}", file=log, flush=True)
 
 
 def _left_out(comparisons, left: Sequence[str], commit: str):

@@ -9,8 +9,9 @@ confirmation re-measures only the candidates its budget can decide, chosen by wh
 expected to cost: the pairs it needs (from its stored ratio's margin over the threshold and
 its rounds' spread, as a power calculation at the design's per-look level) times a pair's
 time (both sides' rounds), plus compiling on both sides for a compiled case. Stored
-regressions go first, since only a confirmation lets them fail the run. The others stay
-"not confirmed", and the line says which were left out and how to decide them. One
+regressions go first, since only a confirmation lets them fail the run. The others wait:
+when a pass ends with budget to spare, `another_pass` plans one over them; those no pass
+reaches stay "not confirmed", and the line says which were left out and how to decide them. One
 confirmed regression already fails the run; the rest only name more.
 """
 
@@ -42,6 +43,7 @@ class Estimate:
     name: str
     pairs: int  # the look it is expected to be decided at
     seconds: float  # its pairs and any compiling, on both sides
+    pair_s: float = 0.0  # one pair of rounds, with the turn-taking around it
 
 
 @dataclass(frozen=True)
@@ -93,9 +95,9 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
         if base is None or cand is None:
             continue
         n = pairs_needed(c, base, cand, design, len(candidates))
-        round_s = max(base.median_s, cand.median_s)
-        seconds = n * 2 * round_s * PAIR_OVERHEAD + 2 * _compile_s(cand) + BETWEEN_S
-        estimates[c.name] = Estimate(c.name, n, seconds)
+        pair_s = 2 * max(base.median_s, cand.median_s) * PAIR_OVERHEAD
+        seconds = n * pair_s + 2 * _compile_s(cand) + BETWEEN_S
+        estimates[c.name] = Estimate(c.name, n, seconds, pair_s)
     regressions = {c.name for c in candidates if c.verdict is Verdict.REGRESSION}
     order = sorted(estimates.values(), key=lambda e: (e.name not in regressions, e.seconds))
     chosen, left, spent = [], [], start
@@ -107,3 +109,19 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
             left.append(estimate.name)
     left += [c.name for c in candidates if c.name not in estimates]
     return Plan(tuple(chosen), tuple(left), estimates, start)
+
+
+def another_pass(left: Sequence[Comparison], baseline: runs.Run, candidate: runs.Run,
+                 budget_s: float, design: Design | None = None) -> Plan | None:
+    """The plan of a further A/B over the candidates an earlier pass left out, with the
+    budget that pass left unspent; None when it would not reach the first look of even the
+    cheapest of them. The plan's costs come from the stored runs' spread, which a quiet
+    pair beats (pairs share their moment on the machine), so a pass often ends early:
+    what it leaves is worth spending before a candidate is called not confirmed."""
+    design = design or Design()
+    again = plan(left, baseline, candidate, budget_s, design)
+    if not again.estimates:
+        return None
+    first_look = min(e.seconds - e.pairs * e.pair_s + design.looks[0] * e.pair_s
+                     for e in again.estimates.values())
+    return again if again.start_s + first_look <= budget_s else None

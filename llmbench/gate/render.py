@@ -182,7 +182,9 @@ def code_lines(result: GateResult) -> list[str]:
         left = conf.get("left") or ()
         lines.append(f"confirmed by a paired A/B against {conf.get('against', '')[:8]}: "
                      f"{len(conf.get('benchmarks', ()))} benchmarks in "
-                     f"{conf.get('seconds', 0):.0f} s; their verdicts are the A/B's"
+                     f"{conf.get('seconds', 0):.0f} s"
+                     + (f" ({passes} passes)" if (passes := conf.get("passes", 1)) > 1
+                        else "") + "; their verdicts are the A/B's"
                      + (f"; {len(left)} more slower benchmark(s) its budget would not "
                         "decide are not confirmed" if left else ""))
     elif conf is not None:
