@@ -4,13 +4,15 @@ cheapest to decide first (llmbench.bench.confirm_plan), on seeded synthetic runs
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from gate_runs import make_run
 
 from llmbench import gate
 from llmbench.bench import confirm, confirm_plan
-from llmbench.gate import stored
+from llmbench.errors import UserError
+from llmbench.gate import sequential, stored
 from llmbench.gate.sequential import Design
 from llmbench.gate.stats import Verdict
 from llmbench.runs import run_from_json
@@ -45,7 +47,7 @@ def test_a_larger_margin_over_the_threshold_needs_fewer_pairs():
              if c.name == CHEAP)
     far = confirm_plan.pairs_needed(c, bench, bench, design, 2)
     near = confirm_plan.pairs_needed(dataclasses.replace(c, ratio=1.13), bench, bench, design, 2)
-    assert confirm_plan.FEWEST_FOR_REGRESSION <= far < near
+    assert confirm_plan.fewest_for_regression(design, 2) <= far < near
     within = confirm_plan.pairs_needed(dataclasses.replace(c, ratio=1.05), bench, bench,
                                        design, 2)
     assert within == design.max_pairs  # a ratio inside the threshold cannot be confirmed
@@ -89,6 +91,11 @@ def test_compiling_counts_on_both_sides():
     assert compiled.chosen[0] == CHEAP
 
 
+def _to_first_look(e: confirm_plan.Estimate, family: int) -> float:
+    """An estimate's seconds to the first look that can call a regression in its family."""
+    return e.seconds - (e.pairs - confirm_plan.fewest_for_regression(Design(), family)) * e.pair_s
+
+
 class Clock:
     """confirm's clock: an A/B takes the seconds a test says (`spend`: of its budget)."""
 
@@ -124,7 +131,9 @@ def test_budget_a_pass_leaves_goes_to_what_it_left_out(monkeypatch):
     base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
     wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
     cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
-    budget = wide.start_s + cheap.seconds + 1
+    dear_first_look = _to_first_look(dear, family=2)
+    budget = wide.start_s + max(cheap.seconds + 1, dear_first_look)
+    assert budget < wide.start_s + cheap.seconds + dear.seconds  # the plan leaves dear out
     calls = []
     _fake_ab(monkeypatch, base, cand, Clock(spend=0.0), calls)  # each pass ends at once
     confirmed = confirm.confirm(gate.compare_runs(base, cand), pytest_args=[],
@@ -143,16 +152,72 @@ def test_budget_a_pass_leaves_goes_to_what_it_left_out(monkeypatch):
         c.name: c.verdict for c in confirmed.comparisons}
 
 
-def test_no_further_pass_without_time_for_its_first_look():
+@pytest.mark.parametrize("family", [1, 2, 17])
+def test_the_fewest_pairs_for_a_regression_are_those_the_sequential_test_needs(family):
+    """At its share of alpha (1 of `family`), a benchmark whose every pair is 30% slower is a
+    regression at `fewest_for_regression` pairs and not at the look before."""
+    design = Design()
+    fewest = confirm_plan.fewest_for_regression(design, family)
+    share = Design(alpha=design.alpha / family)
+    slower = [math.log(1.3) + 0.001 * i for i in range(fewest)]
+    assert sequential.stop_decision(slower, share, 0.10, 1) is Verdict.REGRESSION
+    before = design.looks[design.looks.index(fewest) - 1]
+    assert sequential.stop_decision(slower[:before], share, 0.10, 1) is None
+    assert fewest == {1: 12, 2: 12, 17: 18}[family]
+
+
+def test_no_further_pass_without_time_for_the_first_look_of_what_it_takes_first():
     base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
     candidates = _candidates(base, cand)
-    design = Design()
-    wide = confirm_plan.plan(candidates, base, cand, budget_s=100_000)
-    first_look = min(e.seconds - (e.pairs - design.looks[0]) * e.pair_s
-                     for e in wide.estimates.values())
-    assert confirm_plan.another_pass(candidates, base, cand, wide.start_s + first_look)
-    assert confirm_plan.another_pass(candidates, base, cand,
-                                     wide.start_s + first_look - 1) is None
+    wide = confirm_plan.plan(candidates, base, cand, budget_s=100_000, family=3)
+    cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
+
+    def first_look(e):
+        return wide.start_s + _to_first_look(e, family=3)
+
+    assert confirm_plan.another_pass(candidates, base, cand, first_look(cheap), family=3)
+    assert confirm_plan.another_pass(candidates, base, cand, first_look(cheap) - 1,
+                                     family=3) is None
+    # A stored regression goes first, so the pass must reach its first look, not the
+    # cheapest one's.
+    marked = [dataclasses.replace(c, verdict=Verdict.REGRESSION) if c.name == dear.name else c
+              for c in candidates]
+    assert first_look(cheap) < first_look(dear)
+    assert confirm_plan.another_pass(marked, base, cand, first_look(cheap), family=3) is None
+    assert confirm_plan.another_pass(marked, base, cand, first_look(dear),
+                                     family=3).chosen[0] == dear.name
+
+
+def test_a_further_pass_that_fails_keeps_what_the_first_decided(monkeypatch):
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    calls = []
+    _fake_ab(monkeypatch, base, cand, Clock(spend=0.0), calls)
+    import llmbench.ab
+
+    first_pass = llmbench.ab.run_ab
+
+    def second_fails(rev, **kw):
+        if calls:
+            raise UserError("the baseline side died")
+        return first_pass(rev, **kw)
+
+    monkeypatch.setattr("llmbench.ab.run_ab", second_fails)
+    wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
+    cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
+    dear_first_look = _to_first_look(dear, family=2)
+    confirmed = confirm.confirm(gate.compare_runs(base, cand), pytest_args=[],
+                                budget_s=wide.start_s + max(cheap.seconds + 1, dear_first_look))
+    assert len(calls) == 1
+    verdicts = {c.name: c for c in confirmed.comparisons}
+    assert verdicts[cheap.name].verdict is Verdict.REGRESSION
+    assert verdicts[dear.name].verdict is Verdict.NOT_CONFIRMED
+    assert confirmed.confirmation["failed"] == {"why": "the baseline side died",
+                                                "benchmarks": [dear.name]}
+    assert "a further A/B of 1 failed (the baseline side died)" in gate.render_text(confirmed)
+    again = stored.apply_recorded(gate.compare_runs(base, cand).comparisons,
+                                  confirmed.confirmation)
+    assert {c.name: c.verdict for c in again} == {k: c.verdict for k, c in verdicts.items()}
+    assert confirmed.exit_code == 1
 
 
 def test_the_confirmation_re_measures_the_chosen_and_names_the_rest(monkeypatch):

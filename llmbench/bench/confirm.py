@@ -106,6 +106,8 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     judged: dict[str, Comparison] = {}
     tested: list[str] = []
     summaries: list[str] = []
+    alphas: list[float] = []
+    failed: dict = {}
     while True:
         _say_pass(log, chosen, len(keys), commit, budget_s - (time.monotonic() - started),
                   first=not tested)
@@ -115,6 +117,7 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
         options = dataclasses.replace(result.options, normalize=False,
                                       alpha=result.options.alpha * len(chosen.chosen)
                                       / len(keys))
+        alphas.append(options.alpha)
         try:
             paired = run_ab(commit, budget_s=budget_s - (time.monotonic() - started),
                             pytest_args=[*pytest_args, *chosen.chosen], options=options,
@@ -123,11 +126,12 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
             if not tested:
                 return _not_run(result, f"the paired A/B failed: {exc}", keys)
             # A later pass that fails leaves what the earlier ones decided; its candidates
-            # stay not confirmed, as if the budget had left them out.
+            # stay not confirmed, and say why.
             if log is not None:
                 print(f"llmbench: the further A/B failed ({exc}); its benchmarks stay not "
                       "confirmed", file=log, flush=True)
-            left = [*chosen.chosen, *chosen.left]
+            failed = {"why": str(exc), "benchmarks": list(chosen.chosen)}
+            left = list(chosen.left)
             break
         judged.update((c.name, c) for c in paired.comparisons)
         tested += chosen.chosen
@@ -135,24 +139,22 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
         left = list(chosen.left)
         again = confirm_plan.another_pass(
             [c for c in slower if c.name in left], result.baseline, result.candidate,
-            budget_s - (time.monotonic() - started)) if left else None
+            budget_s - (time.monotonic() - started), family=len(keys)) if left else None
         if again is None:
             break
         chosen = again
-    decided = {k for k, c in judged.items() if c.verdict is not Verdict.INCONCLUSIVE}
-    comparisons = stored.unconfirmed(
-        stored.unconfirmed(_left_out(stored.settle(result.comparisons, judged), left,
-                                     commit), left, stored.LEFT_OUT),
-        [k for k in keys if k not in decided], stored.UNDECIDED)
+    confirmation = {"status": "ran", "against": commit,
+                    "baseline": stored.run_stamp(result.baseline),
+                    "benchmarks": tested, "left": left, "passes": len(summaries),
+                    "alphas": alphas, "seconds": round(time.monotonic() - started, 1),
+                    "summary": " | ".join(summaries),
+                    "comparisons": [stored.comparison_json(c) for c in judged.values()]}
+    if failed:
+        confirmation["failed"] = failed
+    comparisons = _left_out(stored.settle(result.comparisons, judged), left, commit)
     return dataclasses.replace(
-        result, comparisons=comparisons,
-        confirmation={"status": "ran", "against": commit,
-                      "baseline": stored.run_stamp(result.baseline),
-                      "benchmarks": tested, "left": left,
-                      "passes": len(summaries),
-                      "seconds": round(time.monotonic() - started, 1),
-                      "summary": " | ".join(summaries),
-                      "comparisons": [stored.comparison_json(c) for c in judged.values()]})
+        result, comparisons=stored.apply_recorded(comparisons, confirmation, settled=True),
+        confirmation=confirmation)
 
 
 def _say_pass(log: TextIO | None, chosen: confirm_plan.Plan, candidates: int, commit: str,

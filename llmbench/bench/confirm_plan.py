@@ -33,9 +33,6 @@ PAIR_OVERHEAD = 1.3
 # recorded for loading and warming, and moving from one benchmark to the next.
 START_S, BETWEEN_S = 15.0, 3.0
 POWER = 0.8
-# 8 pairs all one way give p = 2/2^8, which times the looks is above alpha: a regression is
-# decided at the second look at the earliest.
-FEWEST_FOR_REGRESSION = 12
 
 
 @dataclass(frozen=True)
@@ -49,7 +46,7 @@ class Estimate:
 @dataclass(frozen=True)
 class Plan:
     chosen: tuple[str, ...]  # to re-measure, cheapest to decide first
-    left: tuple[str, ...]  # not within the budget: "not confirmed"
+    left: tuple[str, ...]  # not within the budget: for a later pass, or "not confirmed"
     estimates: dict[str, Estimate]
     start_s: float
 
@@ -57,6 +54,16 @@ class Plan:
 def _log_sd(samples: Sequence[float]) -> float:
     logs = [math.log(s) for s in samples if s > 0]
     return statistics.stdev(logs) if len(logs) > 1 else 0.0
+
+
+def fewest_for_regression(design: Design, family: int) -> int:
+    """The first look at which an A/B over candidates of a family of `family`, at their share
+    of alpha, can call a regression: n pairs all one way give the signed-rank p = 2 / 2^n,
+    which times the looks (the sequential p) must be at most alpha / family. (8 pairs can
+    never do it; a family of 17 needs 18.)"""
+    return next((look for look in design.looks
+                 if len(design.looks) * 2 / 2 ** look <= design.alpha / family),
+                design.looks[-1])
 
 
 def pairs_needed(c: Comparison, base: runs.Benchmark, cand: runs.Benchmark,
@@ -70,8 +77,8 @@ def pairs_needed(c: Comparison, base: runs.Benchmark, cand: runs.Benchmark,
     spread = math.sqrt(2) * max(_log_sd(base.samples), _log_sd(cand.samples), 1e-3)
     z = statistics.NormalDist().inv_cdf(1 - design.look_alpha / (2 * max(1, benchmarks)))
     n = math.ceil(((z + statistics.NormalDist().inv_cdf(POWER)) * spread / margin) ** 2)
-    return next((look for look in design.looks if look >= max(n, FEWEST_FOR_REGRESSION)),
-                design.looks[-1])
+    fewest = fewest_for_regression(design, benchmarks)
+    return next((look for look in design.looks if look >= max(n, fewest)), design.looks[-1])
 
 
 def _compile_s(bench: runs.Benchmark) -> float:
@@ -81,11 +88,13 @@ def _compile_s(bench: runs.Benchmark) -> float:
 
 
 def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.Run,
-         budget_s: float, design: Design | None = None) -> Plan:
+         budget_s: float, design: Design | None = None, family: int | None = None) -> Plan:
     """The candidates to re-measure within `budget_s`: stored regressions first, each group
     by expected cost, cheapest first, while they fit; the first always, so a small budget
-    still tries one."""
+    still tries one. `family`: how many candidates share alpha (all the slower benchmarks,
+    when these are what an earlier pass left out)."""
     design = design or Design()
+    family = max(family or 0, len(candidates))
     load = sum(float(v) for v in (candidate.info.get("load_s"), candidate.info.get("warmup_s"))
                if isinstance(v, (int, float)))
     start = START_S + 2 * load  # the two sides load and warm up one after the other
@@ -94,7 +103,7 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
         base, cand = baseline.benchmarks.get(c.name), candidate.benchmarks.get(c.name)
         if base is None or cand is None:
             continue
-        n = pairs_needed(c, base, cand, design, len(candidates))
+        n = pairs_needed(c, base, cand, design, family)
         pair_s = 2 * max(base.median_s, cand.median_s) * PAIR_OVERHEAD
         seconds = n * pair_s + 2 * _compile_s(cand) + BETWEEN_S
         estimates[c.name] = Estimate(c.name, n, seconds, pair_s)
@@ -112,16 +121,17 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
 
 
 def another_pass(left: Sequence[Comparison], baseline: runs.Run, candidate: runs.Run,
-                 budget_s: float, design: Design | None = None) -> Plan | None:
+                 budget_s: float, family: int, design: Design | None = None) -> Plan | None:
     """The plan of a further A/B over the candidates an earlier pass left out, with the
-    budget that pass left unspent; None when it would not reach the first look of even the
-    cheapest of them. The plan's costs come from the stored runs' spread, which a quiet
-    pair beats (pairs share their moment on the machine), so a pass often ends early:
-    what it leaves is worth spending before a candidate is called not confirmed."""
+    budget that pass left unspent; None when it would not reach the first look that can
+    decide the first of them it takes. The plan's costs come from the stored runs' spread,
+    which a quiet pair beats (pairs share their moment on the machine), so a pass often ends
+    early: what it leaves is worth spending before a candidate is called not confirmed."""
     design = design or Design()
-    again = plan(left, baseline, candidate, budget_s, design)
-    if not again.estimates:
+    again = plan(left, baseline, candidate, budget_s, design, family)
+    if not again.chosen or again.chosen[0] not in again.estimates:
         return None
-    first_look = min(e.seconds - e.pairs * e.pair_s + design.looks[0] * e.pair_s
-                     for e in again.estimates.values())
-    return again if again.start_s + first_look <= budget_s else None
+    first = again.estimates[again.chosen[0]]
+    to_first_look = first.seconds - (first.pairs - fewest_for_regression(design, family)
+                                     ) * first.pair_s
+    return again if again.start_s + to_first_look <= budget_s else None

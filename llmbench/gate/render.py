@@ -186,7 +186,10 @@ def code_lines(result: GateResult) -> list[str]:
                      + (f" ({passes} passes)" if (passes := conf.get("passes", 1)) > 1
                         else "") + "; their verdicts are the A/B's"
                      + (f"; {len(left)} more slower benchmark(s) its budget would not "
-                        "decide are not confirmed" if left else ""))
+                        "decide are not confirmed" if left else "")
+                     + (f"; a further A/B of {len(failed.get('benchmarks') or ())} failed "
+                        f"({failed.get('why')}): not confirmed"
+                        if (failed := conf.get("failed")) else ""))
     elif conf is not None:
         lines.append(f"not confirmed by a paired A/B: {conf.get('why')}")
     return lines

@@ -160,12 +160,15 @@ UNDECIDED = "the paired A/B did not decide it"
 LEFT_OUT = "the confirmation's budget left it out"
 
 
-def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping
-                   ) -> tuple[Comparison, ...]:
+def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping, *,
+                   settled: bool = False) -> tuple[Comparison, ...]:
     """The stored verdicts settled by a recorded paired A/B, as when it ran: the A/B's
-    verdicts, and its candidates it did not decide (or could not run for) not confirmed."""
+    verdicts, and its candidates it did not decide (or could not run for) not confirmed.
+    `settled`: `comparisons` already carry the A/B's verdicts (the confirmation itself)."""
     left = list(recorded.get("left") or ())
-    covered = [*(recorded.get("benchmarks") or ()), *left]
+    failed = recorded.get("failed") or {}
+    failed_names = list(failed.get("benchmarks") or ())
+    covered = [*(recorded.get("benchmarks") or ()), *left, *failed_names]
     if recorded.get("status") != "ran":
         why = recorded.get("why")
         return (tuple(comparisons) if why == NO_CONFIRM
@@ -174,6 +177,9 @@ def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping
     decided = {c.name for c in judged if c.verdict is not Verdict.INCONCLUSIVE}
     # Every benchmark the A/B judged, whatever the stored verdict is now: the history (and so
     # the noise between runs) may have grown since, and the A/B's verdict is the one given.
-    settled = unconfirmed(settle(comparisons, {c.name: c for c in judged}, slower_only=False),
-                          left, LEFT_OUT)
-    return unconfirmed(settled, [k for k in covered if k not in decided], UNDECIDED)
+    if not settled:
+        comparisons = settle(comparisons, {c.name: c for c in judged}, slower_only=False)
+    out = unconfirmed(comparisons, left, LEFT_OUT)
+    if failed_names:
+        out = unconfirmed(out, failed_names, f"the further paired A/B failed: {failed.get('why')}")
+    return unconfirmed(out, [k for k in covered if k not in decided], UNDECIDED)
