@@ -13,7 +13,9 @@ After each pair the benchmark is judged at the looks of a group-sequential desig
 (`sequential`) and stopped as soon as it is decided; pairs are spent only on benchmarks
 still open. The budget is shared: each benchmark gets an equal share of what is left when
 it starts, so an undecidable one cannot starve the rest; one that runs out of its share is
-inconclusive, with the pairs that should decide it.
+inconclusive, with the pairs that should decide it. A confirmation, which needs only one
+regression decided, focuses instead (`focus`): a benchmark whose pairs point at a regression
+may take the rest of the budget while the look that should decide it fits.
 
 Each side's rounds are still saved by its own suite as an ordinary run (with the pairing
 recorded), so `compare` and `report` read them; `--keep DIR` keeps them with a
@@ -42,6 +44,7 @@ from typing import TextIO
 
 from llmbench.ab import pair_worker
 from llmbench.ab.checkout import ABError, Checkout, check_imports, check_pytest_args, side_env
+from llmbench.ab.focus import takes_the_rest
 from llmbench.ab.pair_worker import Channel
 from llmbench.gate import sequential
 
@@ -84,10 +87,12 @@ class BenchmarkRecord:
     threshold: float
     stopped: str = ""  # the verdict it stopped on, "max pairs", "budget"
     seconds: float = 0.0
+    focused_at: int = 0  # the look at which it went on past its share (`focus`); 0: never
 
     def to_json(self, workers: dict[str, Worker]) -> dict:
         return {"name": self.name, "group": self.group, "threshold": self.threshold,
                 "stopped": self.stopped, "seconds": round(self.seconds, 3),
+                "focused_at": self.focused_at,
                 **{w.name: w.timed.get(self.name, []) for w in workers.values()}}
 
 
@@ -126,8 +131,9 @@ class Coordinator:
 
     def __init__(self, workers: dict[str, Worker], design: sequential.Design, budget_s: float,
                  threshold_of: Callable[[str, str | None, str | None], float],
-                 progress: Progress):
+                 progress: Progress, focus: bool = False):
         self.workers = workers
+        self.focus = focus  # a benchmark that points at a regression may take the rest
         self.design = design
         self.deadline = progress.started + budget_s
         self.threshold_of = threshold_of
@@ -268,6 +274,7 @@ class Coordinator:
         self.records[nodeid] = record
         started = time.monotonic()
         share = max(0.0, self.deadline - started) / max(1, remaining)
+        allowed = share
         m = self.progress.total
         base, cand = self.workers["baseline"], self.workers["candidate"]
         index = 0
@@ -279,19 +286,21 @@ class Coordinator:
             index += 1
             self.progress.pairs += 1
             n = min(len(base.timed.get(nodeid, [])), len(cand.timed.get(nodeid, [])))
-            spent = time.monotonic() - started
-            found = sequential.stop_decision(
-                sequential.log_ratios(base.timed.get(nodeid, [])[:n],
-                                      cand.timed.get(nodeid, [])[:n]),
-                self.design, record.threshold, m) if n else None
+            now = time.monotonic()
+            spent = now - started
+            d = sequential.log_ratios(base.timed.get(nodeid, [])[:n],
+                                      cand.timed.get(nodeid, [])[:n])
+            found = sequential.stop_decision(d, self.design, record.threshold, m) if n else None
             next_look = self.design.next_look(n)
             per_pair = spent / index
+            if found is None and self.focus and self.design.is_look(n):
+                allowed = self._allowance(record, d, share, per_pair, started, now)
             if found is not None:
                 record.stopped = found.value
             elif next_look is None:
                 record.stopped = "max pairs"
-            elif spent + per_pair * (next_look - n) > share:
-                record.stopped = "budget"  # its next look would not fit in its share
+            elif spent + per_pair * (next_look - n) > allowed:
+                record.stopped = "budget"  # its next look would not fit in what it may take
             self.progress.show(f"; {nodeid}: {n} pairs")
             if record.stopped:
                 break
@@ -300,6 +309,22 @@ class Coordinator:
         self.progress.show(f"; {nodeid}: {record.stopped} after {n} pairs", force=True)
         for worker in (base, cand):
             self.grant(worker, ["stop"])
+
+    def _allowance(self, record: BenchmarkRecord, d, share: float, per_pair: float,
+                   started: float, now: float) -> float:
+        """What an undecided benchmark may take at a look when focusing: the rest of the
+        budget while its pairs point at a regression that should be decided in time
+        (`focus`), else its share."""
+        est = sequential.estimate(d, self.design)
+        if not takes_the_rest(est, self.design, record.threshold, per_pair,
+                                    self.deadline - now):
+            return share
+        if not record.focused_at:
+            record.focused_at = est.n
+            self.progress.show(f"; {record.name}: slower in its pairs (x{est.ratio:.3f}, "
+                               f"CI [{est.ci_low:.3f}, {est.ci_high:.3f}] after {est.n}): "
+                               "it may take the rest of the budget", force=True)
+        return max(share, self.deadline - started)
 
     def finish(self) -> None:
         """Let each side end its session (save its run) in turn."""
@@ -377,7 +402,8 @@ def run_paired(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence
                workdir: Path, design: sequential.Design, budget_s: float,
                threshold_of: Callable[[str, str | None, str | None], float],
                log: TextIO | None = None,
-               on_interrupt: Callable[[Coordinator], None] | None = None) -> PairedRuns:
+               on_interrupt: Callable[[Coordinator], None] | None = None,
+               focus: bool = False) -> PairedRuns:
     """Run both suites in turn, round by round; see the module docstring. `threshold_of`
     maps (nodeid, group, the suites' --device option) to the benchmark's threshold."""
     check_pytest_args(pytest_args)
@@ -402,7 +428,7 @@ def run_paired(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence
             workers[side.name] = _start(side, pytest_args, out, plugin_dir, address, session,
                                         design, workdir)
             stack.callback(_end, workers[side.name])
-        coordinator = Coordinator(workers, design, budget_s, threshold_of, progress)
+        coordinator = Coordinator(workers, design, budget_s, threshold_of, progress, focus)
         try:
             coordinator.connect(server)
             common = coordinator.collect()

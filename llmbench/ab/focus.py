@@ -1,0 +1,44 @@
+"""When one benchmark of a paired A/B may have the rest of the budget instead of its share.
+
+A paired A/B shares its budget equally, so that one benchmark that cannot be decided does not
+starve the others. A confirmation asks something narrower: does any of these slower
+benchmarks truly regress? One confirmed regression already fails the run. A slowdown just
+beyond the threshold needs many pairs (its interval must clear 1 + threshold, not merely 1),
+and equal shares can then leave every candidate undecided although each is plainly slower
+in its pairs. So, when focusing, a benchmark whose pairs at a look already show it slower
+(the look's interval lies above 1) and point beyond the threshold (their centre is past
+it) may go on past its share, up to the end of the budget, while the look that should
+decide it, at the spread its pairs show, still fits in what is left. Whether it fits is
+asked again at every look; once it no longer does, the benchmark is back to its share.
+
+This spends time, not error rate: the sequential design's P and intervals hold at whatever
+look a benchmark stops, however that look was chosen (`sequential`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from llmbench.gate import sequential
+
+
+def deciding_look(est: sequential.PairedEstimate, design: sequential.Design,
+                  threshold: float) -> int | None:
+    """The look at which pairs spread like these should call a regression; None when the
+    pairs do not point at one (not slower at this look's confidence, or centred within
+    the threshold) or when no look of the design is expected to reach it."""
+    if est.ci_low <= 1 or est.centre <= math.log1p(threshold):
+        return None
+    needed = sequential.pairs_needed(est, design, threshold)
+    return next((look for look in design.looks if look >= needed), None)
+
+
+def takes_the_rest(est: sequential.PairedEstimate | None, design: sequential.Design,
+                   threshold: float, per_pair_s: float, left_s: float) -> bool:
+    """Whether a benchmark undecided at the look of `est` should go on past its share: its
+    pairs point at a regression and the pairs up to the look that should decide it, at
+    `per_pair_s` each, fit in the `left_s` seconds before the deadline."""
+    if est is None:
+        return False
+    look = deciding_look(est, design, threshold)
+    return look is not None and (look - est.n) * per_pair_s <= left_s

@@ -1,0 +1,145 @@
+"""Focusing a confirmation's paired A/B: a benchmark whose pairs point at a regression may take
+the rest of the budget, where equal shares would leave every candidate undecided.
+
+The coordinator is driven by scripted workers on a fake clock: each round takes a fixed
+time, the candidate's rounds are a seeded lognormal draw around a true ratio, so what is
+asserted is where the budget went and what was decided, never a timing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llmbench.ab import focus, pairing
+from llmbench.gate import sequential
+
+DESIGN = sequential.Design()
+THRESHOLD = 0.10
+
+
+def _estimate(ratio: float, spread: float, n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return sequential.estimate(np.log(ratio) + rng.normal(0, spread, n), DESIGN)
+
+
+@pytest.mark.parametrize("ratio, spread, n, takes", [
+    (1.25, 0.05, 18, True),    # well past the threshold: a look or two should decide it
+    (1.15, 0.08, 27, True),    # just past it: slower already, beyond it within 120 pairs
+    (1.08, 0.05, 27, False),   # slower, but centred within the threshold
+    (1.00, 0.08, 27, False),   # the same speed
+    (0.85, 0.05, 18, False),   # faster
+    (1.12, 0.40, 12, False),   # so noisy that its interval still spans 1
+])
+def test_only_a_benchmark_whose_pairs_point_at_a_regression_takes_the_rest(
+        ratio, spread, n, takes):
+    est = _estimate(ratio, spread, n)
+    assert focus.takes_the_rest(est, DESIGN, THRESHOLD, per_pair_s=1.0, left_s=1e6) is takes
+
+
+def test_it_takes_the_rest_only_while_the_deciding_look_fits():
+    est = _estimate(1.15, 0.08, 27)
+    look = focus.deciding_look(est, DESIGN, THRESHOLD)
+    assert look is not None and look > est.n and look in DESIGN.looks
+    fits = (look - est.n) * 1.0
+    assert focus.takes_the_rest(est, DESIGN, THRESHOLD, per_pair_s=1.0, left_s=fits)
+    assert not focus.takes_the_rest(est, DESIGN, THRESHOLD, per_pair_s=1.0, left_s=fits - 1)
+    assert not focus.takes_the_rest(None, DESIGN, THRESHOLD, per_pair_s=1.0, left_s=1e6)
+
+
+def test_no_look_of_the_design_reaches_it_then_none_does():
+    # Just past the threshold and noisy: about 200 pairs should decide it.
+    est = sequential.PairedEstimate(n=18, centre=math.log(1.12), scale=0.1, p_value=1e-3,
+                                    ci_low=1.01, ci_high=1.25)
+    assert focus.deciding_look(est, sequential.Design(max_pairs=120), THRESHOLD) is None
+    assert not focus.takes_the_rest(est, sequential.Design(max_pairs=120), THRESHOLD,
+                                    per_pair_s=0.01, left_s=1e6)
+    longer = sequential.Design(max_pairs=400)
+    assert focus.deciding_look(est, longer, THRESHOLD) in longer.looks[-3:]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+
+class Scripted(pairing.Coordinator):
+    """Workers that answer every turn at once: each round takes ROUND_S on the fake clock;
+    the candidate's rounds are the true ratio times a seeded lognormal noise."""
+
+    ROUND_S = 0.5
+    NOISE = 0.10  # per round: a pair's log-ratio spreads by about 0.14
+
+    def __init__(self, clock, ratios, budget_s, focused, seed=5):
+        workers = {name: pairing.Worker(name, None, None, None) for name in pairing.SIDES}
+        progress = pairing.Progress(None, budget_s, started=clock.now)
+        super().__init__(workers, DESIGN, budget_s, lambda *a: THRESHOLD, progress, focused)
+        self.clock, self.ratios = clock, ratios
+        self.rng = np.random.default_rng(seed)
+        self.at: str | None = None
+
+    def grant(self, worker, reply):
+        if reply == ["go"]:
+            self.clock.now += self.ROUND_S
+            ratio = self.ratios[self.at] if worker.name == "candidate" else 1.0
+            worker.timed.setdefault(self.at, []).append(
+                self.ROUND_S * ratio * math.exp(self.rng.normal(0, self.NOISE)))
+        return ["round", self.at, None]
+
+    def judge(self):
+        self.progress.total = len(self.ratios)
+        for i, name in enumerate(self.ratios):
+            self.at = name
+            self.pair(name, None, remaining=len(self.ratios) - i)
+        return {name: r for name, r in self.records.items()}
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = Clock()
+    monkeypatch.setattr(pairing.time, "monotonic", fake.monotonic)
+    return fake
+
+
+# Three candidates of one slowdown 15% slower (threshold 10%), 1 s a pair, 90 s in all: an
+# equal share reaches 27 pairs, and this seed's pairs need 61 to clear the threshold.
+RATIOS = {"decode_a": 1.15, "decode_b": 1.15, "decode_c": 1.15}
+
+
+def test_equal_shares_leave_a_just_beyond_threshold_slowdown_undecided(clock):
+    records = Scripted(clock, RATIOS, budget_s=90, focused=False).judge()
+    assert all(r.stopped == "budget" for r in records.values())
+    assert not any(r.focused_at for r in records.values())
+
+
+def test_focusing_decides_it_with_the_same_budget(clock):
+    records = Scripted(clock, RATIOS, budget_s=90, focused=True).judge()
+    first = records["decode_a"]
+    assert first.stopped == "regression"
+    assert first.focused_at in DESIGN.looks
+    assert first.seconds > 90 / 3  # past its equal share
+    assert clock.now <= 1000 + 90  # and not past the deadline
+
+
+def test_focusing_leaves_the_same_speed_to_equal_shares(clock):
+    same = {"a": 1.0, "b": 1.0, "c": 1.0}
+    records = Scripted(clock, same, budget_s=90, focused=True).judge()
+    assert all(r.stopped == "unchanged" for r in records.values())
+    assert not any(r.focused_at for r in records.values())
+
+
+def test_over_many_seeds_focusing_decides_more_often(monkeypatch):
+    decided = {False: set(), True: set()}
+    for seed in range(40):
+        for focused in (False, True):
+            clock = Clock()
+            monkeypatch.setattr(pairing.time, "monotonic", clock.monotonic)
+            records = Scripted(clock, RATIOS, budget_s=90, focused=focused, seed=seed).judge()
+            if any(r.stopped == "regression" for r in records.values()):
+                decided[focused].add(seed)
+    assert len(decided[True]) >= len(decided[False]) + 8, decided
