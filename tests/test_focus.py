@@ -82,8 +82,10 @@ class Scripted(pairing.Coordinator):
         self.clock, self.ratios = clock, ratios
         self.rng = np.random.default_rng(seed)
         self.at: str | None = None
+        self.replies: list[tuple[str, str]] = []
 
     def grant(self, worker, reply):
+        self.replies.append((worker.name, reply[0]))
         if reply == ["go"]:
             self.clock.now += self.ROUND_S
             ratio = self.ratios[self.at] if worker.name == "candidate" else 1.0
@@ -143,3 +145,35 @@ def test_over_many_seeds_focusing_decides_more_often(monkeypatch):
             if any(r.stopped == "regression" for r in records.values()):
                 decided[focused].add(seed)
     assert len(decided[True]) >= len(decided[False]) + 8, decided
+
+
+def test_a_benchmark_that_stops_pointing_at_a_regression_is_back_to_its_share(clock):
+    # 12% slower: this seed's pairs point past the threshold at the first look, then not.
+    scripted = Scripted(clock, {"a": 1.12, "b": 1.12, "c": 1.12}, budget_s=90, focused=True,
+                        seed=0)
+    records = scripted.judge()
+    first = records["a"]
+    assert first.focused_at == 8 and first.stopped == "budget"
+    assert first.seconds <= 90 / 3  # within its equal share after all
+    assert first.to_json(scripted.workers)["focused_at"] == 8
+
+
+def test_a_benchmark_reached_after_the_deadline_is_skipped_by_both_sides(clock):
+    scripted = Scripted(clock, RATIOS, budget_s=0, focused=True)
+    records = scripted.judge()
+    assert all(r.stopped == "not reached" for r in records.values())
+    assert scripted.replies == [(side, "skip") for _ in RATIOS for side in pairing.SIDES]
+    assert not scripted.workers["baseline"].timed
+
+
+def test_an_unpaired_benchmark_is_inconclusive_and_counts_in_holms_family():
+    rng = np.random.default_rng(1)
+    base = list(0.5 * np.exp(rng.normal(0, 0.05, 27)))
+    cand = [b * 1.3 for b in base]
+    alone = sequential.judge_family({"a": (base, cand)}, {"a": THRESHOLD}, DESIGN)
+    both = sequential.judge_family({"a": (base, cand), "b": ((), ())},
+                                   {"a": THRESHOLD, "b": THRESHOLD}, DESIGN)
+    unpaired = both[1]
+    assert unpaired.verdict.value == "inconclusive" and unpaired.n_pairs == 0
+    assert "no timed pair" in unpaired.reason
+    assert both[0].p_adjusted == pytest.approx(min(1.0, 2 * alone[0].p_adjusted))

@@ -285,13 +285,20 @@ def test_ctrl_c_ends_both_workers_removes_the_worktree_and_prints_what_was_decid
 
 
 def test_a_short_budget_leaves_a_benchmark_inconclusive_with_the_pairs_it_needs(fake_repo):
-    result = ab.run_ab("HEAD", repo=fake_repo, budget_s=1, max_pairs=1000,
+    result = ab.run_ab("HEAD", repo=fake_repo, budget_s=12, max_pairs=1000,
                        options=gate.GateOptions(threshold=0.00001, alpha=1e-9))
     (comparison,) = result.comparisons
     assert comparison.verdict is Verdict.INCONCLUSIVE
     assert comparison.rounds_needed is not None and comparison.rounds_needed > 0
     assert result.pairing["benchmarks"][0]["stopped"] == "budget"
     assert "inconclusive (~" in gate.render(result, "text")
+
+
+def test_a_budget_spent_before_any_pair_is_one_clear_error(fake_repo):
+    with pytest.raises(ab.ABError, match="before any benchmark had a timed pair: pass a "
+                                         "longer --budget"):
+        ab.run_ab("HEAD", repo=fake_repo, budget_s=0.001)
+    assert _worktrees(fake_repo) == 1
 
 
 def test_the_worker_plugin_is_standalone():

@@ -8,8 +8,11 @@ and equal shares can then leave every candidate undecided although each is plain
 in its pairs. So, when focusing, a benchmark whose pairs at a look already show it slower
 (the look's interval lies above 1) and point beyond the threshold (their centre is past
 it) may go on past its share, up to the end of the budget, while the look that should
-decide it, at the spread its pairs show, still fits in what is left. Whether it fits is
-asked again at every look; once it no longer does, the benchmark is back to its share.
+decide it, at the spread its pairs show, still fits in what is left. This is asked again at
+every look: once the pairs no longer point at a regression, or the deciding look no longer
+fits, the benchmark is back to its share (and stops at once if it is already past it). The
+benchmarks after it may then get no pair at all: they are reached after the deadline and
+skipped (`pairing`), which a confirmation reports as not confirmed.
 
 This spends time, not error rate: the sequential design's P and intervals hold at whatever
 look a benchmark stops, however that look was chosen (`sequential`).

@@ -85,9 +85,11 @@ class BenchmarkRecord:
     name: str
     group: str | None
     threshold: float
-    stopped: str = ""  # the verdict it stopped on, "max pairs", "budget"
+    stopped: str = ""  # the verdict it stopped on, "max pairs", "budget", "not reached"
     seconds: float = 0.0
-    focused_at: int = 0  # the look at which it went on past its share (`focus`); 0: never
+    # The first look at which its pairs pointed at a regression that the rest of the budget
+    # should decide (`focus`), so it might go on past its share; 0: none did.
+    focused_at: int = 0
 
     def to_json(self, workers: dict[str, Worker]) -> dict:
         return {"name": self.name, "group": self.group, "threshold": self.threshold,
@@ -272,11 +274,21 @@ class Coordinator:
         record = BenchmarkRecord(nodeid, group,
                                  self.threshold_of(nodeid, group, self.device_option))
         self.records[nodeid] = record
+        base, cand = self.workers["baseline"], self.workers["candidate"]
         started = time.monotonic()
+        if started >= self.deadline:
+            # Spent (a focused benchmark may take it all): a pair more would only overrun
+            # it. Both sides skip the benchmark; the verdict lists it with no pair.
+            record.stopped = "not reached"
+            self.progress.decided += 1
+            self.progress.show(f"; {nodeid}: not reached, the budget was spent", force=True)
+            for worker in (base, cand):
+                self.grant(worker, ["skip", "llmbench ab: the budget was spent before this "
+                                            "benchmark's turn"])
+            return
         share = max(0.0, self.deadline - started) / max(1, remaining)
         allowed = share
         m = self.progress.total
-        base, cand = self.workers["baseline"], self.workers["candidate"]
         index = 0
         while True:
             for worker in ((base, cand) if index % 2 == 0 else (cand, base)):

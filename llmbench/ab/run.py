@@ -67,8 +67,9 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
            on_interrupt=None, focus: bool = False) -> GateResult:
     """`llmbench ab REV`: REV's suite against the working tree's, paired round by round
     within `budget_s` (`pairing`), or with `blocks`, interleaved in blocks (this module).
-    `focus`: a benchmark whose pairs point at a regression may take the rest of the budget
-    (`focus`), for a confirmation, which needs one decided regression, not every verdict."""
+    `focus` (paired rounds only): a benchmark whose pairs point at a regression may take the
+    rest of the budget (`focus`), for a confirmation, which needs one decided regression,
+    not every verdict."""
     from llmbench.gate import sequential
 
     check_pytest_args(pytest_args)
@@ -115,16 +116,25 @@ def judge_in_turn(baseline: Checkout, candidate: Checkout, *, pytest_args: Seque
         budget_s=budget_s, log=log, on_interrupt=on_interrupt, focus=focus,
         threshold_of=lambda nodeid, group, device: live_threshold(options, nodeid, group,
                                                                   device))
+    # A benchmark with no timed pair (the budget was spent before its turn, or before its
+    # warm-up rounds were over) is in neither saved run; the verdict lists it unpaired.
+    unpaired = {r["name"]: r["threshold"] for r in paired.pairing["benchmarks"]
+                if not (r["baseline"] and r["candidate"])}
+    if len(unpaired) == len(paired.pairing["benchmarks"]):
+        raise ABError(f"the budget ({budget_s:.0f} s) was spent before any benchmark had a "
+                      "timed pair: pass a longer --budget")
     base, cand = runs.load_run(paired.baseline), runs.load_run(paired.candidate)
     for run, side in ((base, baseline), (cand, candidate)):
         check_commit(run, side)
     for record in paired.pairing["benchmarks"]:  # the saved runs are the pairs, exactly
+        if record["name"] in unpaired:
+            continue
         for run, side in ((base, "baseline"), (cand, "candidate")):
             saved = run.benchmarks.get(record["name"])
             if saved is None or list(saved.samples) != record[side]:
                 raise ABError(f"{side} run {run.source} does not hold the rounds paired "
                               f"for {record['name']}")
-    result = compare_paired(base, cand, design, options)
+    result = compare_paired(base, cand, design, options, unpaired=unpaired)
     # A benchmark one side lacks is in neither saved run: it was never paired.
     only = paired.pairing["only"]
     return dataclasses.replace(result, pairing=paired.pairing,

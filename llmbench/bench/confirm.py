@@ -8,17 +8,17 @@ this repository, the suite's gate re-measures the slower benchmarks as `llmbench
 the baseline's commit in a temporary worktree against the working tree, one round each in
 turn, judged sequentially within `--confirm-budget` (wall time, both sides' start included),
 the stored regressions first (`confirm_plan`), and further passes over those left out while
-the budget lasts. Each pass focuses (`ab.focus`): a benchmark whose pairs already point at a
-regression may take the rest of the budget, since one decided regression is what a slowdown
-just past the threshold needs, and equal shares would decide none. The A/B's verdicts
-replace the stored ones (`gate.stored.settle`). A slower benchmark the A/B did not decide,
-whether the budget left it out or the pairs could not settle it, is "not confirmed" (exit
-6): neither a pass nor a regression. Where no A/B can reproduce the two runs (no git, the
-commit is gone, the baseline ran uncommitted changes or a slowdown injected on top, the
-library versions differ, an external server was measured), the comparison says why and its
-slower benchmarks are "not confirmed" too. Only `--no-confirm` leaves the stored verdicts as
-they are: a regression beyond the measured noise between runs then fails the run
-unconfirmed.
+the budget lasts. Each pass focuses (`ab.focus`): one decided regression fails the run, so a
+benchmark whose pairs already point at a regression may take the rest of the budget rather
+than its equal share, with which a slowdown just past the threshold is often left undecided.
+The A/B's verdicts replace the stored ones (`gate.stored.settle`). A slower benchmark the
+A/B did not decide, whether the budget left it out or the pairs could not settle it, is "not
+confirmed" (exit 6): neither a pass nor a regression. Where no A/B can reproduce the two
+runs (no git, the commit is gone, the baseline ran uncommitted changes or a slowdown
+injected on top, the library versions differ, an external server was measured), the
+comparison says why and its slower benchmarks are "not confirmed" too. Only `--no-confirm`
+leaves the stored verdicts as they are: a regression beyond the measured noise between runs
+then fails the run unconfirmed.
 """
 
 from __future__ import annotations

@@ -333,10 +333,13 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
 
 
 def compare_paired(baseline: Run, candidate: Run, design: sequential.Design,
-                   options: GateOptions | None = None) -> GateResult:
+                   options: GateOptions | None = None,
+                   unpaired: Mapping[str, float] | None = None) -> GateResult:
     """Judge two runs whose rounds were taken in turn (`llmbench ab`): round i of a benchmark
     on one side pairs with round i on the other. Machine speed needs no control here: a pair
-    shares its moment on the machine, so --normalize is refused."""
+    shares its moment on the machine, so --normalize is refused. `unpaired`: benchmarks the
+    A/B reached but timed no pair of (name: threshold), judged inconclusive with the rest,
+    so they count in Holm's family as they did in the A/B's stopping rule."""
     options = options or GateOptions()
     if options.normalize:
         raise UserError("--normalize does not apply to a paired A/B: each pair already shares "
@@ -345,6 +348,9 @@ def compare_paired(baseline: Run, candidate: Run, design: sequential.Design,
                                                                         options)
     pairs = {k: (baseline.benchmarks[k].samples, candidate.benchmarks[k].samples)
              for k in common}
+    for name, threshold in (unpaired or {}).items():
+        if name not in pairs:
+            pairs[name], thresholds[name] = ((), ()), threshold
     groups = {k: candidate.benchmarks[k].group for k in common
               if candidate.benchmarks[k].group is not None}
     comparisons = sequential.judge_family(pairs, thresholds, design, groups)

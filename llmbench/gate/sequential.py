@@ -277,7 +277,8 @@ def judge_family(pairs: Mapping[str, tuple[Sequence[float], Sequence[float]]],
             found, needed = Verdict.INCONCLUSIVE, design.looks[0]
             ratio, lo, hi, pv = (float(np.exp(np.mean(log_ratios(b, c)))) if n_pairs else
                                  math.nan), 0.0, math.inf, 1.0
-            reason = f"{n_pairs} pairs, fewer than the first look ({design.looks[0]})"
+            reason = (f"{n_pairs} pairs, fewer than the first look ({design.looks[0]})"
+                      if n_pairs else "no timed pair: the budget was spent before its turn")
         else:
             found = verdict(est, delta, adjusted[name], design.alpha)
             ratio, lo, hi, pv = est.ratio, est.ci_low, est.ci_high, est.p_value
