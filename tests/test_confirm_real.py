@@ -96,7 +96,9 @@ def test_a_commit_that_changes_nothing_is_cleared_by_the_ab(baseline, tmp_path):
     proc, saved = _judge(_faster_decode(baseline, tmp_path, 4), tmp_path, repo=clone)
     out = proc.stdout + proc.stderr
     assert saved["confirmation"]["status"] == "ran", out[-4000:]
-    assert saved["confirmation"]["benchmarks"] == [DECODE]
+    # The faked benchmark is confirmed; another the stored runs found slower by chance (the
+    # machine is busy with the other tests) may be re-measured beside it, and is cleared too.
+    assert DECODE in saved["confirmation"]["benchmarks"]
     assert saved["verdict"]["counts"]["regression"] == 0, out[-4000:]
     verdicts = {c["name"]: c["verdict"] for c in saved["confirmation"]["comparisons"]}
     assert verdicts[DECODE] == "unchanged", out[-4000:]  # within 50%, on the pairs
