@@ -328,8 +328,7 @@ class Coordinator:
         budget while its pairs point at a regression that should be decided in time
         (`focus`), else its share."""
         est = sequential.estimate(d, self.design)
-        if not takes_the_rest(est, self.design, record.threshold, per_pair,
-                                    self.deadline - now):
+        if not takes_the_rest(est, self.design, record.threshold, per_pair, self.deadline - now):
             return share
         if not record.focused_at:
             record.focused_at = est.n
