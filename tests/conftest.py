@@ -4,6 +4,11 @@ Run with `pytest -n auto --dist loadgroup tests/` (as `nox -s tests` does): test
 one `xdist_group` then share a worker, one after another. Each worker pins torch to one CPU
 thread: xdist already runs one worker per core, and torch's default of one thread per core
 on top of that oversubscribes the CPU and makes every forward pass several times slower.
+
+A test that needs a CPU feature says so with `@pytest.mark.needs_cpu(cpu_features.X)` and is
+skipped, with the reason, where this CPU lacks it (`llmbench.engine.cpu_features` decides, as
+it does for the engine and the suite). `--hide-cpu-feature KEY` makes the whole run believe
+the CPU lacks a feature it has, so one machine can show what a machine without it runs.
 """
 
 from __future__ import annotations
@@ -11,8 +16,32 @@ from __future__ import annotations
 import pytest
 import torch
 
+from llmbench.engine import cpu_features
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.models import LoadedModel, load_model
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--hide-cpu-feature", action="append", default=[], metavar="KEY",
+                     choices=sorted(cpu_features.FEATURES),
+                     help="run as if this CPU lacked the feature (repeatable); choices: "
+                          f"{', '.join(sorted(cpu_features.FEATURES))}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs_cpu(feature): skipped, with the reason, where "
+                                       "this CPU lacks the llmbench.engine.cpu_features feature")
+    hidden = set(config.getoption("hide_cpu_feature"))
+    if hidden:  # the process's one answer, engine and suite included: patched where it lives
+        has = cpu_features.has
+        cpu_features.has = lambda feature: feature.key not in hidden and has(feature)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("needs_cpu"):
+        why = cpu_features.missing(*mark.args)
+        if why is not None:
+            pytest.skip(why)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -75,7 +75,7 @@ def test_a_planted_2x_decode_slowdown_is_confirmed_on_decode_only(baseline, tmp_
                          "llmbench.bench.inject", "--slow-down=decode_step=1.0")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-4000:]
-    confirmation = saved["confirmation"]
+    confirmation = saved.get("confirmation", {})
     assert confirmation["status"] == "ran", confirmation
     assert DECODE in confirmation["benchmarks"]
     verdicts = {c["name"]: c["verdict"] for c in confirmation["comparisons"]}
@@ -95,7 +95,7 @@ def test_a_commit_that_changes_nothing_is_cleared_by_the_ab(baseline, tmp_path):
     # Recorded as REPO's HEAD, the clone's HEAD~1; decode faked 4x faster.
     proc, saved = _judge(_faster_decode(baseline, tmp_path, 4), tmp_path, repo=clone)
     out = proc.stdout + proc.stderr
-    assert saved["confirmation"]["status"] == "ran", out[-4000:]
+    assert saved.get("confirmation", {}).get("status") == "ran", out[-4000:]
     # The faked benchmark is confirmed; another the stored runs found slower by chance (the
     # machine is busy with the other tests) may be re-measured beside it, and is cleared too.
     assert DECODE in saved["confirmation"]["benchmarks"]

@@ -147,7 +147,7 @@ def test_device_name_and_thread_environment(monkeypatch):
     assert "MKL_NUM_THREADS" not in env
 
 
-@pytest.mark.parametrize("kind, cuda_bf16, onednn_bf16, expected", [
+@pytest.mark.parametrize("kind, cuda_bf16, cpu_bf16, expected", [
     ("cuda", True, False, True),
     ("cuda", False, True, False),
     ("cpu", False, True, True),   # AVX512-BF16 or AMX
@@ -155,9 +155,10 @@ def test_device_name_and_thread_environment(monkeypatch):
     ("mps", True, True, False),
 ])
 def test_native_bfloat16_follows_the_device_own_check(monkeypatch, kind, cuda_bf16,
-                                                      onednn_bf16, expected):
+                                                      cpu_bf16, expected):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: cuda_bf16)
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: cpu_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     assert dev.has_native_bfloat16(torch.device(kind)) is expected
 
 

@@ -14,6 +14,7 @@ import sys
 
 import torch
 
+from llmbench.engine import cpu_features
 from llmbench.engine.config import DEVICES, DTYPES
 from llmbench.errors import DeviceUnavailable, UserError
 
@@ -65,14 +66,13 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 def has_native_bfloat16(device: torch.device) -> bool:
     """Whether `device` multiplies bfloat16 matrices in hardware. On a CPU without AVX512-BF16
-    or AMX, torch converts every operand, and a compute-bound prefill runs several times
-    slower in bfloat16 than in float32 (decode, bound by reading the weights, still gains;
-    figures: docs/measurements/2026-12-01-engine-configurations.md); oneDNN's check is the
-    one inductor itself uses."""
+    or AMX (`cpu_features.BF16_MATMUL`), torch converts every operand, and a compute-bound
+    prefill runs several times slower in bfloat16 than in float32 (decode, bound by reading
+    the weights, still gains; figures: docs/measurements/2026-12-01-engine-configurations.md)."""
     if device.type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
     if device.type == "cpu":
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        return cpu_features.has(cpu_features.BF16_MATMUL)
     return False  # MPS: bfloat16 runs (macOS 14+), but nothing here is measured on it
 
 

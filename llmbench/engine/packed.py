@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from llmbench.engine.device import has_native_bfloat16
+from llmbench.engine import cpu_features
 from llmbench.errors import UserError
 
 PACKED_DEVICES = ("cpu",)
@@ -54,16 +54,6 @@ class PackedLinear(torch.nn.Module):
                 f"bias={self.bias is not None}, layout=onednn")
 
 
-# The CPU features oneDNN's packed-weight path needs per 16-bit dtype.
-_HALF_FEATURES = {torch.bfloat16: "AVX512 or AMX", torch.float16: "AVX512-FP16 or AVX-NE-CONVERT"}
-
-
-def _has_half_path(device: torch.device, dtype: torch.dtype) -> bool:
-    if dtype == torch.bfloat16:
-        return has_native_bfloat16(device)  # the same oneDNN probe the suite's bf16 cases use
-    return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-
-
 def check_packed_supported(device: torch.device, dtype: torch.dtype = torch.float32) -> None:
     """Raise a user error when `--weights packed` cannot run on `device` in `dtype`.
     (`--compile` with it is refused by `EngineConfig`, whatever the device.)"""
@@ -73,11 +63,12 @@ def check_packed_supported(device: torch.device, dtype: torch.dtype = torch.floa
     if not torch.backends.mkldnn.is_available():
         raise UserError("--weights packed needs a PyTorch built with oneDNN (mkldnn), which "
                         "this one is not; use --weights native")
-    if dtype in _HALF_FEATURES and not _has_half_path(device, dtype):
+    feature = cpu_features.ONEDNN_HALF.get(dtype)
+    why = cpu_features.missing(feature) if feature is not None else None
+    if why is not None:
         name = str(dtype).removeprefix("torch.")
-        raise UserError(f"--weights packed in {name} needs a CPU with {_HALF_FEATURES[dtype]} "
-                        f"(oneDNN's {name} path), which this one is not; use --dtype float32 "
-                        "or --weights native")
+        raise UserError(f"--weights packed in {name} needs oneDNN's {name} path: {why}; use "
+                        "--dtype float32 or --weights native")
 
 
 def pack_linear_weights(model: torch.nn.Module) -> dict:
