@@ -9,16 +9,24 @@ A test that needs a CPU feature says so with `@pytest.mark.needs_cpu(cpu_feature
 skipped, with the reason, where this CPU lacks it (`llmbench.engine.cpu_features` decides, as
 it does for the engine and the suite). `--hide-cpu-feature KEY` makes the whole run believe
 the CPU lacks a feature it has, so one machine can show what a machine without it runs.
+
+The suites and A/Bs these tests start run beside the other xdist workers, so every round they
+time is disturbed by other work: `$LLMBENCH_DISTURBED_SHARE` is set to 100% for them (unless
+already set), and the tests of disturbed rounds pass their own `--disturbed-share`.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
-from llmbench.engine import cpu_features
+from llmbench.engine import cpu_features, disturbance
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.models import LoadedModel, load_model
+
+os.environ.setdefault(disturbance.SHARE_ENV, "100%")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

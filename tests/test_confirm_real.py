@@ -52,8 +52,9 @@ def _judge(baseline: Path, tmp_path: Path, *extra: str, repo: Path = REPO
     runs = tmp_path / "runs"
     proc = run_pytest(repo, *ARGS, f"--baseline-dir={runs}", f"--compare-to={baseline}",
                       *extra, PREFILL, DECODE, timeout=900)
-    (saved,) = runs.glob("*/*.json")
-    return proc, json.loads(saved.read_text())["llmbench"]
+    found = list(runs.glob("*/*.json"))
+    assert len(found) == 1, (proc.stdout + proc.stderr)[-4000:]
+    return proc, json.loads(found[0].read_text())["llmbench"]
 
 
 def _faster_decode(baseline: Path, tmp_path: Path, factor: float) -> Path:

@@ -20,11 +20,19 @@ collection, which times nothing, runs on both sides at once.
 
 Messages are JSON lines: requests ["hello", side, pid], ["collected", ids, device],
 ["round", nodeid, group], ["finished", exitstatus]; reports, which get no reply,
-["took", nodeid, seconds, timed] and ["failed", nodeid, when, message].
+["took", nodeid, seconds, timed, others] and ["failed", nodeid, when, message].
+
+`others` is the share of this process's CPUs that other processes and the hypervisor took
+while the round ran (`llmbench_disturbance`, the suite's `llmbench.engine.disturbance`
+copied beside this file; None where the platform keeps no counters). The coordinator drops
+a pair in which either round was disturbed: a reply may then carry "forget" as its last
+element, and the worker takes its last timed round back out of its run, so that each side's
+saved rounds are the pairs the verdict used.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -37,6 +45,8 @@ SIDE_ENV = "LLMBENCH_PAIR_SIDE"  # "baseline" or "candidate"
 SESSION_ENV = "LLMBENCH_PAIR_SESSION"  # one id for both sides of one comparison
 DESIGN_ENV = "LLMBENCH_PAIR_DESIGN"  # JSON: the sequential design's alpha and max_pairs
 MODULE_NAME = "llmbench_pair_worker"  # the name the coordinator loads this file under
+DISTURBANCE_MODULE = "llmbench_disturbance"  # copied beside it: the CPU accounting
+FORGET = "forget"  # a reply's last element: drop the last timed round (a disturbed pair)
 
 
 class Channel:
@@ -107,26 +117,37 @@ def _paired_pedantic(self, target, args=(), kwargs=None, setup=None, teardown=No
         return target(*a, **kw)
     if iterations != 1:
         raise ValueError("a paired A/B times one call per round: iterations must be 1")
+    # Copied beside this file by the coordinator (`DISTURBANCE_MODULE`).
+    disturbance = importlib.import_module(DISTURBANCE_MODULE)
+
     stats, result, warm = None, None, warmup_rounds
+    cpus = disturbance.our_cpus()
     while True:
         reply = _ask("round", self.fullname, self.group)
+        if reply[-1] == FORGET and stats is not None and stats.stats.data:
+            stats.stats.data.pop()  # that round's pair was disturbed: it is not one
         if reply[0] == "stop":
             break
         if reply[0] == "skip":
             pytest.skip(reply[1])
         a, kw = _arguments(setup, args, kwargs or {})
         runner = self._make_runner(target, a, kw)
+        before = disturbance.read(cpus)
         with PauseInstrumentation():
             duration, result = runner(None)
+        after = disturbance.read(cpus) if before is not None else None
+        others = None if after is None else disturbance.window(
+            before, after, duration, len(cpus)).others_share()
         if teardown is not None:
             teardown(*a, **kw)
         timed = warm == 0
         if timed:
-            stats = stats or self._make_stats(1)  # made at the first timed round only
+            if stats is None:  # made at the first timed round only (a forgotten one empties
+                stats = self._make_stats(1)  # it, and a second would be a second benchmark)
             stats.update(duration)
         else:
             warm -= 1
-        _tell("took", self.fullname, duration, timed)
+        _tell("took", self.fullname, duration, timed, others)
     if stats is None:
         pytest.skip("llmbench ab granted this benchmark no timed round")
     return result
@@ -141,7 +162,8 @@ def _paired_call(self, function_to_benchmark, *args, **kwargs):
 # which sets `has_error`) relies on; pyproject.toml pins pytest-benchmark below its next major.
 PYTEST_BENCHMARK_INTERNALS = ("BenchmarkFixture._raw_pedantic", "BenchmarkFixture._raw",
                               "BenchmarkFixture._make_runner", "BenchmarkFixture._make_stats",
-                              "BenchmarkFixture.has_error", "PauseInstrumentation")
+                              "BenchmarkFixture.has_error", "PauseInstrumentation",
+                              "Metadata.update", "Stats.data")
 
 
 def missing_internals() -> list[str]:
@@ -149,14 +171,16 @@ def missing_internals() -> list[str]:
     import inspect
 
     import pytest_benchmark.fixture as fixture
+    import pytest_benchmark.stats as stats
 
     missing = []
     for name in PYTEST_BENCHMARK_INTERNALS:
         owner, _, attr = name.rpartition(".")
-        where = getattr(fixture, owner) if owner else fixture
-        # has_error is set in __init__, not on the class.
-        found = hasattr(where, attr) or (attr == "has_error" and "self.has_error" in
-                                         inspect.getsource(where.__init__))
+        where = next((getattr(m, owner) for m in (fixture, stats) if hasattr(m, owner)),
+                     None) if owner else fixture
+        # has_error and data are set in __init__, not on the class.
+        found = where is not None and (hasattr(where, attr) or (
+            inspect.isclass(where) and f"self.{attr} =" in inspect.getsource(where.__init__)))
         if not found:
             missing.append(name)
     return missing

@@ -17,6 +17,11 @@ inconclusive, with the pairs that should decide it. A confirmation, which needs 
 regression decided, focuses instead (`focus`): a benchmark whose pairs point at a regression
 may take the rest of the budget while the look that should decide it fits.
 
+A pair in which either round was disturbed (other processes or the hypervisor took more than
+the disturbed share of that side's CPUs while it ran: `llmbench.engine.disturbance`, which
+each side reads around its rounds) is dropped on both sides and taken again; the pairing
+counts them per benchmark (`disturbed`), and the saved runs hold only the pairs judged.
+
 Each side's rounds are still saved by its own suite as an ordinary run (with the pairing
 recorded), so `compare` and `report` read them; `--keep DIR` keeps them with a
 `pairing.json` of every pair. A side that fails (pytest error, failed check, crash) ends
@@ -46,6 +51,7 @@ from llmbench.ab import pair_worker
 from llmbench.ab.checkout import ABError, Checkout, check_imports, check_pytest_args, side_env
 from llmbench.ab.focus import takes_the_rest
 from llmbench.ab.pair_worker import Channel
+from llmbench.engine import disturbance
 from llmbench.gate import sequential
 
 POLL_S = 1.0  # how often a wait checks that the worker is still alive
@@ -68,6 +74,10 @@ class Worker:
     channel: Channel | None = None
     request: list | None = None  # what it is waiting for now
     timed: dict[str, list[float]] = field(default_factory=dict)
+    # Each timed round's share of its CPUs that others took (None: no counters there).
+    others: dict[str, list[float | None]] = field(default_factory=dict)
+    forget: bool = False  # its next reply tells it to drop its last timed round
+    last_took: tuple[str, bool, float | None] | None = None  # nodeid, timed, others' share
 
     def log_tail(self, lines: int = 3) -> str:
         try:
@@ -90,11 +100,12 @@ class BenchmarkRecord:
     # The first look at which its pairs pointed at a regression that the rest of the budget
     # should decide (`focus`), so it might go on past its share; 0: none did.
     focused_at: int = 0
+    disturbed: int = 0  # pairs dropped because other work disturbed a round of theirs
 
     def to_json(self, workers: dict[str, Worker]) -> dict:
         return {"name": self.name, "group": self.group, "threshold": self.threshold,
                 "stopped": self.stopped, "seconds": round(self.seconds, 3),
-                "focused_at": self.focused_at,
+                "focused_at": self.focused_at, "disturbed": self.disturbed,
                 **{w.name: w.timed.get(self.name, []) for w in workers.values()}}
 
 
@@ -133,8 +144,12 @@ class Coordinator:
 
     def __init__(self, workers: dict[str, Worker], design: sequential.Design, budget_s: float,
                  threshold_of: Callable[[str, str | None, str | None], float],
-                 progress: Progress, focus: bool = False):
+                 progress: Progress, focus: bool = False,
+                 disturbed_share: float | None = None):
         self.workers = workers
+        # None: $LLMBENCH_DISTURBED_SHARE, else the default (as the flags' default).
+        self.disturbed_share = (disturbance.default_share() if disturbed_share is None
+                                else disturbed_share)
         self.focus = focus  # a benchmark that points at a regression may take the rest
         self.design = design
         self.deadline = progress.started + budget_s
@@ -149,8 +164,17 @@ class Coordinator:
     # -- talking to one worker -----------------------------------------------------------
     def grant(self, worker: Worker, reply: list) -> list:
         """Give `worker` the turn with `reply`; return its next request."""
-        worker.channel.send(reply)
+        worker.channel.send(self.with_forget(worker, reply))
         return self.wait(worker)
+
+    @staticmethod
+    def with_forget(worker: Worker, reply: list) -> list:
+        """`reply`, telling `worker` to drop its last timed round first if its pair was
+        disturbed."""
+        if not worker.forget:
+            return reply
+        worker.forget = False
+        return [*reply, pair_worker.FORGET]
 
     def grant_both(self, reply: list) -> dict[str, list]:
         """Give both workers the turn with `reply` at once; return each one's next request.
@@ -177,9 +201,11 @@ class Coordinator:
                 continue
             kind = message[0]
             if kind == "took":
-                _, nodeid, seconds, timed = message
+                _, nodeid, seconds, timed, others = message
+                worker.last_took = (nodeid, bool(timed), others)
                 if timed:
                     worker.timed.setdefault(nodeid, []).append(float(seconds))
+                    worker.others.setdefault(nodeid, []).append(others)
             elif kind == "failed":
                 _, nodeid, when, text = message
                 raise SideFailed(f"{worker.name} failed {nodeid} ({when}) in "
@@ -289,13 +315,18 @@ class Coordinator:
         share = max(0.0, self.deadline - started) / max(1, remaining)
         allowed = share
         m = self.progress.total
-        index = 0
+        index = n = 0
         while True:
             for worker in ((base, cand) if index % 2 == 0 else (cand, base)):
                 request = self.grant(worker, ["go"])
                 if request[:2] != ["round", nodeid]:
                     raise SideFailed(f"{worker.name} left {nodeid} in the middle of its rounds")
             index += 1
+            if self._drop_if_disturbed(record):
+                if time.monotonic() - started <= allowed:
+                    continue
+                record.stopped = "budget"  # other work took it: what it has is what it gets
+                break
             self.progress.pairs += 1
             n = min(len(base.timed.get(nodeid, [])), len(cand.timed.get(nodeid, [])))
             now = time.monotonic()
@@ -321,6 +352,25 @@ class Coordinator:
         self.progress.show(f"; {nodeid}: {record.stopped} after {n} pairs", force=True)
         for worker in (base, cand):
             self.grant(worker, ["stop"])
+
+    def _drop_if_disturbed(self, record: BenchmarkRecord) -> bool:
+        """Drop the pair just taken, on both sides, when other work disturbed either round
+        (the budget bounds how often one is taken again)."""
+        name = record.name
+        # Warm-up rounds are not timed: their disturbance costs nothing.
+        timed = [w for w in self.workers.values()
+                 if w.last_took is not None and w.last_took[:2] == (name, True)]
+        shares = [w.last_took[2] for w in timed]
+        if not any(s is not None and s > self.disturbed_share for s in shares):
+            return False
+        for worker in timed:
+            worker.timed[name].pop()
+            worker.others[name].pop()
+            worker.forget = True
+        record.disturbed += 1
+        self.progress.show(f"; {name}: a pair disturbed by other work (others took "
+                           f"{max(s or 0 for s in shares):.0%} of the CPUs), taken again")
+        return True
 
     def _allowance(self, record: BenchmarkRecord, d, share: float, per_pair: float,
                    started: float, now: float) -> float:
@@ -355,6 +405,7 @@ def worker_module_dir(parent: Path) -> Path:
     folder = parent / "plugin"
     folder.mkdir()
     shutil.copyfile(pair_worker.__file__, folder / f"{pair_worker.MODULE_NAME}.py")
+    shutil.copyfile(disturbance.__file__, folder / f"{pair_worker.DISTURBANCE_MODULE}.py")
     return folder
 
 
@@ -414,7 +465,8 @@ def run_paired(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence
                threshold_of: Callable[[str, str | None, str | None], float],
                log: TextIO | None = None,
                on_interrupt: Callable[[Coordinator], None] | None = None,
-               focus: bool = False) -> PairedRuns:
+               focus: bool = False,
+               disturbed_share: float | None = None) -> PairedRuns:
     """Run both suites in turn, round by round; see the module docstring. `threshold_of`
     maps (nodeid, group, the suites' --device option) to the benchmark's threshold."""
     check_pytest_args(pytest_args)
@@ -439,7 +491,8 @@ def run_paired(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence
             workers[side.name] = _start(side, pytest_args, out, plugin_dir, address, session,
                                         design, workdir)
             stack.callback(_end, workers[side.name])
-        coordinator = Coordinator(workers, design, budget_s, threshold_of, progress, focus)
+        coordinator = Coordinator(workers, design, budget_s, threshold_of, progress, focus,
+                                  disturbed_share)
         try:
             coordinator.connect(server)
             common = coordinator.collect()

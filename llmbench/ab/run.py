@@ -64,12 +64,14 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
            pytest_args: Sequence[str] = (), options: GateOptions | None = None,
            keep: str | None = None, repo: str | os.PathLike = ".",
            candidate_args: Sequence[str] = (), log: TextIO | None = None,
-           on_interrupt=None, focus: bool = False) -> GateResult:
+           on_interrupt=None, focus: bool = False,
+           disturbed_share: float | None = None) -> GateResult:
     """`llmbench ab REV`: REV's suite against the working tree's, paired round by round
     within `budget_s` (`pairing`), or with `blocks`, interleaved in blocks (this module).
     `focus` (paired rounds only): a benchmark whose pairs point at a regression may take the
     rest of the budget (`focus`), for a confirmation, which needs one decided regression,
-    not every verdict."""
+    not every verdict. A pair in which others took more than `disturbed_share` of a side's
+    CPUs is taken again."""
     from llmbench.gate import sequential
 
     check_pytest_args(pytest_args)
@@ -101,19 +103,21 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
                   f"{design.max_pairs} pairs a benchmark", file=log)
         return judge_in_turn(baseline, candidate, pytest_args=pytest_args, workdir=workdir,
                              design=design, budget_s=budget_s, options=options, log=log,
-                             on_interrupt=on_interrupt, focus=focus)
+                             on_interrupt=on_interrupt, focus=focus,
+                             disturbed_share=disturbed_share)
 
 
 def judge_in_turn(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence[str],
                   workdir: Path, design, budget_s: float, options: GateOptions,
                   log: TextIO | None = None, on_interrupt=None,
-                  focus: bool = False) -> GateResult:
+                  focus: bool = False, disturbed_share: float | None = None) -> GateResult:
     """Pair two checkouts' suites round by round (`pairing`) and judge the pairs."""
     from llmbench.ab import pairing
 
     paired = pairing.run_paired(
         baseline, candidate, pytest_args=pytest_args, workdir=workdir, design=design,
         budget_s=budget_s, log=log, on_interrupt=on_interrupt, focus=focus,
+        disturbed_share=disturbed_share,
         threshold_of=lambda nodeid, group, device: live_threshold(options, nodeid, group,
                                                                   device))
     # A benchmark with no timed pair (the budget was spent before its turn, or before its

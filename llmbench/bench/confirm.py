@@ -90,7 +90,8 @@ def _not_run(result: GateResult, why: str, keys: Sequence[str]) -> GateResult:
 
 
 def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float | None,
-            repo: str = ".", log: TextIO | None = None) -> GateResult:
+            repo: str = ".", log: TextIO | None = None,
+            disturbed_share: float | None = None) -> GateResult:
     """`result` with its slower benchmarks settled by a paired A/B against the baseline's
     commit (`budget_s` None: --no-confirm), or with why none ran."""
     keys = to_confirm(result)
@@ -125,7 +126,7 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
             paired = run_ab(commit, budget_s=budget_s - (time.monotonic() - started),
                             pytest_args=[*pytest_args, *chosen.chosen], options=options,
                             repo=repo, candidate_args=injected_args(result.candidate), log=log,
-                            focus=True)
+                            focus=True, disturbed_share=disturbed_share)
         except UserError as exc:
             if not tested:
                 return _not_run(result, f"the paired A/B failed: {exc}", keys)

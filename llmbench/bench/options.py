@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from llmbench import runs
-from llmbench.argtypes import one_of, whole_number
+from llmbench.argtypes import one_of, parsed_by, whole_number
 from llmbench.bench.profiles import DEFAULT_PROFILE, PROFILES, SWEEP_ARGNAMES
 from llmbench.bench.settings import SETTINGS_KEY, BenchSettings
+from llmbench.engine import disturbance
 from llmbench.engine.compiled import check_compile_supported
 from llmbench.engine.config import (
     ATTENTIONS,
@@ -27,6 +28,7 @@ from llmbench.engine.config import (
 from llmbench.engine.device import resolve_device, resolve_dtype
 from llmbench.engine.quantized import check_weights_supported
 from llmbench.errors import UserError
+from llmbench.gate.compare import parse_fraction
 from llmbench.load.config import APIS as SERVER_APIS
 
 
@@ -71,6 +73,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--shuffle-seed", default=None, type=whole_number(0), metavar="N",
                     help="run cases in an order shuffled with this seed, spreading machine "
                          "drift across conditions. Default: %(default)r (file order)")
+    group.addoption("--disturbed-share", default=disturbance.default_share_text(),
+                    type=parsed_by(parse_fraction, "share"), metavar="PCT",
+                    help="a round is disturbed when other processes (or the hypervisor) "
+                         "took more than this share of the CPUs it ran on: it is measured "
+                         "again and left out of every verdict, and the run counts it; 100%% "
+                         f"keeps every round. Default: %(default)r (${disturbance.SHARE_ENV} "
+                         "sets it)")
     group.addoption("--server-url", default=None, metavar="URL",
                     help="point the server benchmarks at this external server instead of "
                          "a live in-process one. Default: %(default)r")
@@ -116,7 +125,8 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
         rounds=profile.rounds if rounds is None else rounds,
         warmup_rounds=profile.warmup_rounds if warmup is None else warmup,
         device=device.type, dtype=str(dtype).removeprefix("torch."),
-        shuffle_seed=opt("shuffle_seed"), server_url=opt("server_url"),
+        shuffle_seed=opt("shuffle_seed"), disturbed_share=opt("disturbed_share"),
+        server_url=opt("server_url"),
         server_api=opt("server_api"), save=not opt("no_save"),
         baseline_dir=opt("baseline_dir"), saved_path_file=saved_path_file,
     )

@@ -9,6 +9,7 @@ import pytest
 
 from llmbench.bench.profiles import Profile
 from llmbench.engine.config import EngineConfig
+from llmbench.engine.disturbance import DEFAULT_SHARE
 from llmbench.runs import environment_key
 
 
@@ -23,6 +24,7 @@ class BenchSettings:
     device: str  # concrete: cpu, cuda or mps
     dtype: str  # concrete torch dtype name
     shuffle_seed: int | None = None
+    disturbed_share: float = DEFAULT_SHARE  # beyond it a round is disturbed (see disturbance)
     server_url: str | None = None
     server_api: str = "native"
     save: bool = True

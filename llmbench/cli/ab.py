@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmbench.argtypes import duration, whole_number
+from llmbench.argtypes import duration, parsed_by, whole_number
 from llmbench.cli.args import add_gate_arguments, positive_int
 
 COMMAND = "ab"
@@ -56,7 +56,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     result = ab.run_ab(args.rev, blocks=args.blocks, rounds=args.rounds or ab.DEFAULT_ROUNDS,
                        budget_s=args.budget, max_pairs=args.max_pairs,
                        pytest_args=args.pytest_args, options=gate_options(vars(args)),
-                       keep=args.keep, log=sys.stderr, on_interrupt=_print_decided)
+                       keep=args.keep, log=sys.stderr, on_interrupt=_print_decided,
+                       disturbed_share=args.disturbed_share)
     if args.keep is not None and result.comparisons:
         from pathlib import Path
 
@@ -71,6 +72,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     """Add `ab` to the `llmbench` command."""
     from llmbench.ab import DEFAULT_BUDGET_S, DEFAULT_ROUNDS
+    from llmbench.engine import disturbance
+    from llmbench.gate.compare import parse_fraction
     from llmbench.gate.sequential import DEFAULT_MAX_PAIRS, FIRST_LOOK
 
     parser = subparsers.add_parser(
@@ -96,6 +99,12 @@ def register(subparsers) -> None:
                         help="keep each side's run (and pairing.json, every pair) under DIR, "
                              "with the verdicts drawn as verdicts.png. Default: a temporary "
                              "folder, removed afterwards")
+    parser.add_argument("--disturbed-share", type=parsed_by(parse_fraction, "share"),
+                        default=disturbance.default_share_text(), metavar="PCT",
+                        help="a pair is dropped and taken again when other processes (or the "
+                             "hypervisor) took more than this share of a side's CPUs during "
+                             f"either round; 100%% keeps every pair. Default: %(default)r "
+                             f"(${disturbance.SHARE_ENV} sets it)")
     parser.add_argument("--blocks", type=positive_int, default=None, metavar="N",
                         help="instead of pairing rounds, run each side's suite N times, "
                              "alternating, and judge the blocks' medians (the older mode: "

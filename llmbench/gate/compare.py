@@ -269,6 +269,23 @@ def _result(baseline: Run, candidate: Run, options: GateOptions, common: Sequenc
             (baseline.info.get("format", 1), candidate.info.get("format", 1))))
 
 
+def _undisturbed_only(comparisons: Sequence[stats.Comparison], baseline: Run, candidate: Run
+                      ) -> tuple[stats.Comparison, ...]:
+    """No verdict rests on rounds that other work disturbed: a benchmark whose every round
+    was disturbed in either run is inconclusive, and says so."""
+    out = []
+    for c in comparisons:
+        sides = [side for side, run in (("baseline", baseline), ("candidate", candidate))
+                 if run.benchmarks[c.name].all_disturbed]
+        if sides:
+            c = dataclasses.replace(
+                c, verdict=stats.Verdict.INCONCLUSIVE, rounds_needed=None,
+                reason=f"every round of the {' and the '.join(sides)} was disturbed by other "
+                       "work on the machine: measure it again alone")
+        out.append(c)
+    return tuple(out)
+
+
 def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = None,
                  history: Sequence[Run] = ()) -> GateResult:
     """Judge every benchmark the two runs share; `UserError` when they cannot be compared.
@@ -302,9 +319,10 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
               if candidate.benchmarks[k].group is not None}
     blocks = {k: (baseline.benchmarks[k].blocks, candidate.benchmarks[k].blocks)
               for k in common if baseline.benchmarks[k].blocks and candidate.benchmarks[k].blocks}
-    comparisons = stats.compare_family(
+    comparisons = _undisturbed_only(stats.compare_family(
         pairs, rule, thresholds=thresholds, groups=groups,
-        speed_ratio=speed.ratio if options.normalize and speed else 1.0, blocks=blocks)
+        speed_ratio=speed.ratio if options.normalize and speed else 1.0, blocks=blocks),
+        baseline, candidate)
     result = _result(baseline, candidate, options, common, other_work, comparisons, speed,
                      mismatches)
     if blocks:  # pooled A/B blocks are already judged between processes

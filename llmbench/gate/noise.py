@@ -160,7 +160,8 @@ def estimate_noise(history: Sequence[Run]) -> NoiseEstimate:
         for index, group in enumerate(repeated):
             for run in group:
                 bench = run.benchmarks.get(key)
-                if bench is not None and bench.samples:
+                # Every round of it disturbed by other work: it says nothing of quiet runs.
+                if bench is not None and bench.samples and not bench.all_disturbed:
                     values.setdefault((index, _shape(run, key)), []).append(
                         math.log(median(bench.samples)))
         found = pooled_spread(list(values.values()))

@@ -164,6 +164,26 @@ def noise_line(result: GateResult) -> str | None:
             f"observation{'s' if estimate.observations != 1 else ''}){reach}")
 
 
+def disturbance_line(result: GateResult) -> str | None:
+    """How many rounds other work disturbed in each run (left out of the verdicts); None when
+    neither run recorded it (runs older than the record)."""
+    parts = []
+    for side, run in (("baseline", result.baseline), ("candidate", result.candidate)):
+        counts = [b.disturbed_rounds for b in run.benchmarks.values()
+                  if b.disturbed_rounds is not None]
+        if not counts:
+            continue
+        hit = [n for n in counts if n]
+        every = [b for b in run.benchmarks.values() if b.all_disturbed]
+        parts.append(f"{side} {sum(hit)} rounds in {len(hit)} of {len(counts)} benchmarks"
+                     + (f", {len(every)} with every round disturbed (no verdict)"
+                        if every else "") if hit else f"{side} none")
+    if not parts:
+        return None
+    return ("rounds disturbed by other work (left out, re-measured where the run could): "
+            + "; ".join(parts))
+
+
 def code_lines(result: GateResult) -> list[str]:
     """Whether the two runs measured the same code, the noise between runs, and the paired
     A/B that settled what the stored runs could not."""
@@ -213,6 +233,8 @@ def header_lines(result: GateResult) -> list[str]:
         lines.append("ENVIRONMENT MISMATCH (allowed by --allow-mismatch): "
                      + "; ".join(result.mismatches))
     lines += code_lines(result)
+    if (line := disturbance_line(result)) is not None:
+        lines.append(line)
     s = result.speed
     if result.design is not None:
         lines.append("machine speed: shared by both rounds of each pair, so no control is "

@@ -26,8 +26,10 @@ from llmbench.runs.environment import EnvironmentMismatch, environment_differenc
 # The version of the `llmbench` section a run is written in (`format`; runs written before it
 # was recorded are format 1). 2: each case's own peak memory (format 1 recorded the process's
 # high-water mark under the same name), and the stored verdict and its confirmation.
+# 3: rounds disturbed by other work, listed per benchmark (extra_info disturbance.left_out)
+# and left out of its samples; an older reader would judge them.
 # A run of a newer format is refused by name: this llmbench cannot know what it means.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Groups in the order reports show them; any other group follows, alphabetically.
 GROUP_ORDER = ("output-sweep", "input-sweep", "prefill", "decode", "kv-cache", "batch-size",
                "sequential-vs-batched", "engines", "server-generate",
@@ -75,10 +77,20 @@ class Benchmark:
     # Rounds of each pooled run, in order (A/B blocks); () for a single run. Rounds of one
     # block share its moment on the machine, so the gate judges blocks, not rounds.
     blocks: tuple[int, ...] = ()
+    # Every round was disturbed by other work, so `samples` holds them all and no verdict
+    # can rest on them.
+    all_disturbed: bool = False
 
     @property
     def median_s(self) -> float:
         return self.summary["median"]
+
+    @property
+    def disturbed_rounds(self) -> int | None:
+        """Rounds other work disturbed, left out of `samples` (None: not recorded)."""
+        count = self.extra_info.get("disturbed_rounds")
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
+
 
     @property
     def min_s(self) -> float:
@@ -221,6 +233,31 @@ def _case_order(bench: Benchmark):
             bench.name)
 
 
+def left_out_rounds(extra_info: Mapping) -> frozenset[int]:
+    """The rounds a run recorded as disturbed by other work (indices into its samples)."""
+    recorded = extra_info.get("disturbance")
+    indices = recorded.get("left_out") if isinstance(recorded, Mapping) else None
+    if not isinstance(indices, list):
+        return frozenset()
+    return frozenset(i for i in indices if isinstance(i, int) and not isinstance(i, bool))
+
+
+def _undisturbed(values: tuple[float, ...], extra_info: Mapping, found: dict[str, float]
+                 ) -> tuple[tuple[float, ...], dict[str, float]]:
+    """The samples and summary without the disturbed rounds: no verdict, plot or report rests
+    on a round that other work slowed. A benchmark with every round disturbed keeps them
+    all (its `all_disturbed` says so, and the gate gives it no verdict)."""
+    left_out = left_out_rounds(extra_info)
+    kept = tuple(v for i, v in enumerate(values) if i not in left_out)
+    if not left_out or not kept:
+        return values, found
+    from pytest_benchmark.stats import Stats  # pytest-benchmark's own formulas
+
+    stats = Stats()
+    stats.data = list(kept)
+    return kept, {**found, **{k: float(getattr(stats, k)) for k in found}}
+
+
 def _samples(entry: Mapping, key: str, source: str) -> tuple[float, ...]:
     try:
         values = tuple(float(x) for x in entry["stats"].get("data") or ())
@@ -254,10 +291,13 @@ def run_from_json(data, source: str, *, path: Path | None = None, samples: bool 
         found = {k: float(v) for k in SUMMARY_STATS if is_number(v := entry["stats"].get(k))}
         if summary and (missing := [k for k in SUMMARY_STATS if k not in found]):
             raise RunError(f"{source}: benchmark {name} lacks stats {', '.join(missing)}")
+        extra = dict(entry.get("extra_info") or {})
+        values = _samples(entry, key, source)
+        kept, found = _undisturbed(values, extra, found)
         benchmarks[key] = Benchmark(
-            key=key, name=name, group=entry.get("group"),
-            samples=_samples(entry, key, source), extra_info=dict(entry.get("extra_info") or {}),
-            params=dict(entry.get("params") or {}), summary=found)
+            key=key, name=name, group=entry.get("group"), samples=kept, extra_info=extra,
+            params=dict(entry.get("params") or {}), summary=found,
+            all_disturbed=bool(values) and left_out_rounds(extra) >= set(range(len(values))))
     without = [k for k, b in benchmarks.items() if not b.samples]
     if samples and without:
         raise RunError(f"{source} has no raw per-round samples (stats.data) for "

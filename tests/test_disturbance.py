@@ -1,0 +1,106 @@
+"""Disturbed rounds: the kernel's CPU accounting around each round says whether other work
+shared the machine (`llmbench.engine.disturbance`); such a round is measured again and left
+out of every verdict, and the run counts it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from llmbench.engine import disturbance as d
+
+TICK = d.TICK_S
+pytestmark = pytest.mark.skipif(not d.is_available(), reason="no /proc CPU accounting here")
+
+
+def _window(busy: int, own: int, steal: int = 0, wall_s: float = 1.0, cpus: int = 2):
+    return d.window(d.Reading(busy=0, steal=0, own=0), d.Reading(busy=busy, steal=steal,
+                                                                   own=own), wall_s, cpus)
+
+
+def test_others_are_our_cpus_busy_time_less_our_own():
+    w = _window(busy=150, own=140, steal=4)
+    assert w.others_s == pytest.approx(10 * TICK)
+    assert w.steal_s == pytest.approx(4 * TICK)
+    assert w.own_s == pytest.approx(140 * TICK)
+    assert w.others_share() == pytest.approx(14 * TICK / 2.0)
+
+
+@pytest.mark.parametrize("busy, own, steal, wall_s, disturbed", [
+    (200, 200, 0, 1.0, False),   # ours alone
+    (200, 195, 0, 1.0, False),   # 5 ticks of 200: 2.5%, within 3%
+    (200, 190, 0, 1.0, True),    # 10 ticks: 5%
+    (200, 200, 10, 1.0, True),   # the hypervisor took it: steal counts too
+    (6, 5, 0, 0.03, False),      # one tick in a short round: the edges of the reading
+    (6, 4, 0, 0.03, True),       # two ticks of six: a third of the round
+])
+def test_a_round_is_disturbed_beyond_the_share_and_a_tick_either_way(busy, own, steal, wall_s,
+                                                                     disturbed):
+    assert _window(busy, own, steal, wall_s).is_disturbed() is disturbed
+
+
+def test_a_higher_share_keeps_more_rounds():
+    w = _window(busy=200, own=190)
+    assert w.is_disturbed(0.03) and not w.is_disturbed(0.10)
+
+
+def test_reading_parses_this_machines_counters():
+    before = d.read()
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:  # 0.3 s of our own CPU time
+        pass
+    after = d.read()
+    assert after.busy >= before.busy and after.steal >= before.steal
+    assert (after.own - before.own) * TICK >= 0.3 - 2 * TICK
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        return d.cpu_ticks(fh.read()) * TICK
+
+
+def test_a_co_runner_at_the_lowest_priority_is_seen():
+    """A planted co-runner: a busy loop at nice 19 on our CPUs while a round runs. Whatever
+    else the machine does, the window must count at least the co-runner's CPU time as
+    others', and the round as disturbed."""
+    spinner = subprocess.Popen(
+        ["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        started = _cpu_s(spinner.pid)
+        rounds = d.Rounds()
+        rounds.open()
+        deadline = time.perf_counter() + 1.0
+        while time.perf_counter() < deadline:
+            pass
+        rounds.close()
+        ran = _cpu_s(spinner.pid) - started
+    finally:
+        spinner.kill()
+        spinner.wait()
+    (w,) = rounds.windows
+    assert ran > 0.02, "the co-runner never ran"
+    assert w.others_s >= ran - 3 * TICK
+    assert rounds.disturbed() == [0]
+
+
+def test_the_default_share_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv(d.SHARE_ENV, raising=False)
+    assert d.default_share_text() == "3%"
+    monkeypatch.setenv(d.SHARE_ENV, "100%")
+    assert d.default_share_text() == "100%"
+
+
+def test_rounds_count_from_the_first_timed_one():
+    rounds = d.Rounds()
+    rounds.windows = [_window(200, 100), _window(200, 200), _window(200, 150), None]
+    assert rounds.disturbed() == [0, 2]
+    assert rounds.disturbed(first=1) == [1]  # the first window was a warm-up round
+
+
+def test_our_cpus_are_those_we_may_run_on():
+    assert d.our_cpus() == frozenset(os.sched_getaffinity(0))
