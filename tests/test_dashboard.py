@@ -390,3 +390,10 @@ def test_damaged_fields_are_a_line_or_a_dash_never_a_traceback(tmp_path, damage)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert (tmp_path / "site" / "index.html").is_file()
+
+
+def test_the_index_shows_each_benchmarks_spread_between_runs_of_one_code(history_site):
+    index = (history_site / "index.html").read_text(encoding="utf-8")
+    assert "<th>between runs</th>" in index
+    cells = re.findall(r'title="spread of one code\'s runs[^"]*">([^<]*)</td>', index)
+    assert cells and all(re.fullmatch(r"\d+\.\d% \(\d+ A/A\)", c) for c in cells), cells

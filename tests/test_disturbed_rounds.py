@@ -32,8 +32,15 @@ def _run(tmp_path: Path, planted: str, rounds: int, name: str) -> Path:
 
 def test_disturbed_rounds_are_measured_again_and_left_out(tmp_path):
     path = _run(tmp_path, "1,3", rounds=5, name="two")
-    saved = json.loads(path.read_text())["benchmarks"][0]
+    run = json.loads(path.read_text())
+    saved = run["benchmarks"][0]
     assert len(saved["stats"]["data"]) == 7  # 5 rounds, 2 of them measured again
+    # The run's own stability figures, over its undisturbed rounds, and the machine's state.
+    stability = run["llmbench"]["stability"]
+    assert stability["disturbed_rounds"] == 2
+    assert stability["rounds_spread"][PREFILL] == stability["rounds_spread_median"] > 0
+    assert stability["control_spread"] is None  # one benchmark: one control sample
+    assert run["llmbench"]["machine"]["torch threads"]["state"].startswith("1 on ")
     assert saved["extra_info"]["disturbed_rounds"] == 2
     recorded = saved["extra_info"]["disturbance"]
     assert recorded["left_out"] == [1, 3]

@@ -280,3 +280,29 @@ def test_judging_a_history_loads_no_engine_library(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_the_spread_between_runs_of_one_code_is_shown_per_benchmark(tmp_path):
+    """Six runs of one clean commit: each benchmark's spread between them (SD of log
+    medians), as the table's column, the header's line and the JSON's field."""
+    env = tmp_path / "tiny-cpu-float32"
+    _write_history(env, [1.0] * 6)
+    for path in sorted(env.glob("*.json")):  # one commit, clean: five A/A observations
+        data = json.loads(path.read_text())
+        data["commit_info"] = {"id": "a" * 40, "dirty": False}
+        path.write_text(json.dumps(data))
+    proc = _llmbench(str(env))
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert "between runs of one code (SD of log medians, 5 A/A observations): median " \
+           "benchmark" in proc.stdout
+    assert "(5 A/A)" in proc.stdout
+    report = json.loads(_llmbench(str(env), "--format", "json").stdout)
+    spreads = [b["between_runs"] for b in report["benchmarks"]]
+    assert all(s["aa_observations"] == 5 and 0 < s["sd_log"] < 0.2 for s in spreads)
+
+
+def test_runs_of_different_code_have_no_spread_between_runs_yet(tmp_path):
+    env = tmp_path / "tiny-cpu-float32"
+    _write_history(env, [1.0] * 6)  # every run its own commit
+    proc = _llmbench(str(env))
+    assert "between runs: not measured yet" in proc.stdout

@@ -33,6 +33,13 @@ class ControlWorkload:
         return float(out.sum() + self.stream.sum())
 
     @torch.inference_mode()
+    def time_once(self) -> float:
+        """One timing in seconds, warm-up and all: for watching the host round to round."""
+        with Stopwatch(self.device) as watch:
+            self._run()
+        return watch.seconds
+
+    @torch.inference_mode()
     def measure(self, repeats: int = 3) -> float:
         """Best of `repeats` timings: the minimum filters a stray context switch."""
         self._run()  # untimed: page in and pick kernels

@@ -18,6 +18,7 @@ from llmbench.cli import (
     agreement,
     compare,
     dashboard,
+    doctor,
     generate,
     history,
     profile,
@@ -51,7 +52,7 @@ DOCS_PAGES = {
     "generate": "getting-started.md", "models": "getting-started.md",
     "agreement": "engines.md", "profile": "engines.md", "report": "reports.md",
     "compare": "verdicts.md", "ab": "ab.md", "history": "history.md", "dashboard": "dashboard.md",
-    "serve": "server.md", "load": "server.md",
+    "serve": "server.md", "load": "server.md", "doctor": "stability.md",
 }
 
 
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"llmbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for command in (generate, agreement, profile, report, compare, ab, history, dashboard,
-                    server):
+                    server, doctor):
         command.register(sub)
     for name, command_parser in sub.choices.items():
         epilog = _docs_epilog(DOCS_PAGES[name])  # KeyError: a new command needs its page

@@ -65,6 +65,12 @@ def newest_median(env: Environment, bench: Benchmark) -> str:
         f"{shown} (run {point.run:04d})")
 
 
+def between(env: Environment, bench: Benchmark) -> str:
+    """How far this benchmark's runs of one code land apart (the history's measure)."""
+    spread = env.history.between.spreads.get(bench.series.key) if env.history else None
+    return "-" if spread is None else f"{spread.own_sigma:.1%} ({spread.own_df} A/A)"
+
+
 def spark(env: Environment, bench: Benchmark) -> Markup:
     points = bench.series.points
     return Markup(figures.sparkline(
@@ -76,7 +82,7 @@ def render(template: str, **values) -> str:
     return _ENV.get_template(f"{template}.html").render(
         docs=DOCS[template], seconds=format_seconds, min_runs=MIN_RUNS, verdict=verdict_html,
         shifts=shifts_text, change_words=change_words, newest_median=newest_median,
-        spark=spark, **values)
+        between=between, spark=spark, **values)
 
 
 def benchmark_rows(env: Environment, bench: Benchmark) -> tuple[list[str], list[dict]]:

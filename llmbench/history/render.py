@@ -8,8 +8,8 @@ from llmbench.gate.render import format_seconds, text_table
 from llmbench.history.changepoints import PENALTY
 from llmbench.history.judge import HistoryResult, SeriesResult
 
-COLUMNS = ("benchmark", "runs", "newest", "its level", "ratio", "machine", "interval",
-           "verdict", "change points")
+COLUMNS = ("benchmark", "runs", "newest", "its level", "between runs", "ratio", "machine",
+           "interval", "verdict", "change points")
 
 
 def _shift(r: SeriesResult, s, result: HistoryResult | None = None) -> str:
@@ -30,7 +30,15 @@ def _level_median(r: SeriesResult) -> float | None:
     return level[len(level) // 2] if level else None
 
 
-def _row(r: SeriesResult, result: HistoryResult | None = None) -> tuple[str, ...]:
+def _spread(between, key: str) -> str:
+    """A benchmark's spread between runs of one code (SD of log medians), with the A/A
+    observations it rests on; "-" until two runs share their code."""
+    spread = between.spreads.get(key)
+    return "-" if spread is None else f"{spread.own_sigma:.1%} ({spread.own_df} A/A)"
+
+
+def _row(r: SeriesResult, result: HistoryResult | None = None,
+         spread: str = "-") -> tuple[str, ...]:
     """One table row. The ratio and interval are as measured: the verdict was reached
     without the machine's share, so its interval is moved by that share to compare."""
     v = r.newest
@@ -45,14 +53,15 @@ def _row(r: SeriesResult, result: HistoryResult | None = None) -> tuple[str, ...
     else:
         newest = format_seconds(points[-1].median_s)
         level_cell = format_seconds(level) if level is not None else "-"
-    return (r.series.name, str(len(points)), newest, level_cell,
+    return (r.series.name, str(len(points)), newest, level_cell, spread,
             f"{ratio:.3f}" if ratio is not None else "-",
             f"{machine:.3f}" if machine is not None else "-", interval, v.verdict,
             _shifts(r, result))
 
 
 def _rows(result: HistoryResult) -> list[tuple[str, ...]]:
-    return [*(_row(r) for r in result.results),
+    between = result.history.between
+    return [*(_row(r, spread=_spread(between, r.series.key)) for r in result.results),
             *([_row(result.machine, result)] if result.machine else [])]
 
 
@@ -73,7 +82,19 @@ def header_lines(result: HistoryResult) -> list[str]:
             "point of all benchmarks together gives the control's move across it",
             f"newest run: against the prediction interval of its own level (runs since the "
             f"last change point), at 1 - alpha/{m}; a regression also exceeds the threshold, "
-            f"as judged and as measured"]
+            f"as judged and as measured", spread_line(h.between)]
+
+
+def spread_line(between) -> str:
+    """The spread between runs of one code over all benchmarks: what a stored comparison
+    must clear, as the history has measured it."""
+    spreads = sorted(s.own_sigma for s in between.spreads.values())
+    if not spreads:
+        return ("between runs: not measured yet (no two runs of one clean commit with the "
+                "same libraries)")
+    return (f"between runs of one code (SD of log medians, {between.observations} A/A "
+            f"observations): median benchmark {spreads[len(spreads) // 2]:.1%}, worst "
+            f"{spreads[-1]:.1%}")
 
 
 def summary_line(result: HistoryResult) -> str:
@@ -125,6 +146,8 @@ def to_json(result: HistoryResult) -> dict:
             "threshold": r.threshold,
             "points": [vars(p) for p in r.series.points],
             "follows_machine": r.beta,
+            "between_runs": (None if (b := h.between.spreads.get(r.series.key)) is None
+                             else {"sd_log": b.own_sigma, "aa_observations": b.own_df}),
             "change_points": _change_points(r),
             "newest": {**vars(r.newest), "machine_ratio": r.machine_ratio()},
         } for r in result.results],

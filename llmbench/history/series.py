@@ -10,13 +10,14 @@ by their number, the order they were saved in.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from llmbench import runs
+from llmbench.gate.noise import NoiseEstimate, estimate_noise
 
 MIN_RUNS = 6  # two segments of three: the least that can place a change point
 
@@ -55,6 +56,9 @@ class History:
     # Each run's median of the machine-speed control workload (pure torch, the same in every
     # run), aligned with `runs`; None for a run saved without one.
     control_s: tuple[float | None, ...] = ()
+    # How far runs of one code land apart, per benchmark key (`gate.noise`): the spread a
+    # stored comparison must clear. Empty until two runs share their code.
+    between: NoiseEstimate = field(default_factory=NoiseEstimate)
 
     @property
     def newest(self) -> int:
@@ -202,4 +206,4 @@ def history_of(where: Path, loaded: list[Entry], pattern: str | None = None, *,
     control = tuple(float(np.median(e.run.control_s)) if e.run.control_s else None
                     for e in loaded)
     return History(where, newest.title, newest.device or "cpu", tuple(e.number for e in loaded),
-                   tuple(series), control)
+                   tuple(series), control, estimate_noise([e.run for e in loaded]))
