@@ -28,6 +28,13 @@ def test_others_are_our_cpus_busy_time_less_our_own():
     assert w.steal_s == pytest.approx(4 * TICK)
     assert w.own_s == pytest.approx(140 * TICK)
     assert w.others_share() == pytest.approx(14 * TICK / 2.0)
+    assert w.disturbing_share() == w.others_share()
+
+
+def test_a_short_windows_ticks_never_count_past_the_capacity():
+    w = _window(busy=3, own=0, wall_s=0.005)  # 3 ticks in 10 ms of capacity
+    assert w.others_share() == 1.0 and not w.is_disturbed(1.0)
+    assert _window(busy=1, own=0, wall_s=0.005).disturbing_share() == 0.0  # one tick: edges
 
 
 @pytest.mark.parametrize("busy, own, steal, wall_s, disturbed", [
@@ -63,12 +70,13 @@ def _cpu_s(pid: int) -> float:
         return d.cpu_ticks(fh.read()) * TICK
 
 
-def test_a_co_runner_at_the_lowest_priority_is_seen():
-    """A planted co-runner: a busy loop at nice 19 on our CPUs while a round runs. Whatever
-    else the machine does, the window must count at least the co-runner's CPU time as
-    others', and the round as disturbed."""
-    spinner = subprocess.Popen(
-        ["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
+def test_a_co_runner_is_seen():
+    """A planted co-runner: a busy loop on our CPUs while a round runs. Whatever else the
+    machine does (the other test workers), the window must count at least the co-runner's
+    CPU time as others', and the round as disturbed. (At nice 19 beside busy test workers
+    it would hardly run; docs/measurements/2026-12-03-stable-measurements.md shows one at
+    nice 19 beside the suite.)"""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.2)
         started = _cpu_s(spinner.pid)

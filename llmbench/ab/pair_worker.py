@@ -137,7 +137,7 @@ def _paired_pedantic(self, target, args=(), kwargs=None, setup=None, teardown=No
             duration, result = runner(None)
         after = disturbance.read(cpus) if before is not None else None
         others = None if after is None else disturbance.window(
-            before, after, duration, len(cpus)).others_share()
+            before, after, duration, len(cpus)).disturbing_share()
         if teardown is not None:
             teardown(*a, **kw)
         timed = warm == 0

@@ -74,12 +74,20 @@ class Window:
         return self.wall_s * self.cpus
 
     def others_share(self) -> float:
-        """Others and steal, as a share of our CPUs' capacity over the window."""
-        return (self.others_s + self.steal_s) / self.capacity_s if self.capacity_s > 0 else 0.0
+        """Others and steal, as a share of our CPUs' capacity over the window (at most 1:
+        a short window's ticks can count past it)."""
+        if self.capacity_s <= 0:
+            return 0.0
+        return min(1.0, (self.others_s + self.steal_s) / self.capacity_s)
+
+    def disturbing_share(self) -> float:
+        """`others_share`, or 0 when others took fewer than `MIN_TICKS` ticks: the reading's
+        own edges, not a disturbance. The one rule, for rounds and for pairs alike."""
+        taken = self.others_s + self.steal_s
+        return self.others_share() if taken >= MIN_TICKS * TICK_S else 0.0
 
     def is_disturbed(self, share: float = DEFAULT_SHARE) -> bool:
-        taken = self.others_s + self.steal_s
-        return taken >= MIN_TICKS * TICK_S and taken > share * self.capacity_s
+        return self.disturbing_share() > share
 
     def to_json(self) -> dict:
         return {"wall_s": round(self.wall_s, 6), "others_s": round(self.others_s, 3),
