@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 
+import pairing_clock
 import pytest
 import torch
 
@@ -83,3 +84,9 @@ def any_lm(request) -> LoadedModel:
     """Each of tiny and the real smollm2-135m, for the agreement tests."""
     return request.getfixturevalue(f"{request.param}_lm")
 
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The pairing coordinator's clock, faked (`pairing_clock`)."""
+    return pairing_clock.install(monkeypatch)

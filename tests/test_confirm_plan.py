@@ -91,9 +91,10 @@ def test_compiling_counts_on_both_sides():
     assert compiled.chosen[0] == CHEAP
 
 
-def _to_first_look(e: confirm_plan.Estimate, family: int) -> float:
-    """An estimate's seconds to the first look that can call a regression in its family."""
-    return e.seconds - (e.pairs - confirm_plan.fewest_for_regression(Design(), family)) * e.pair_s
+def _to_first_look(e: confirm_plan.Estimate) -> float:
+    """An estimate's seconds to the first look that can decide it (clear it, or confirm a
+    stored regression)."""
+    return e.seconds - (e.pairs - e.first_look) * e.pair_s
 
 
 class Clock:
@@ -131,7 +132,7 @@ def test_budget_a_pass_leaves_goes_to_what_it_left_out(monkeypatch):
     base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
     wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
     cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
-    dear_first_look = _to_first_look(dear, family=2)
+    dear_first_look = _to_first_look(dear)
     budget = wide.start_s + max(cheap.seconds + 1, dear_first_look)
     assert budget < wide.start_s + cheap.seconds + dear.seconds  # the plan leaves dear out
     calls = []
@@ -173,15 +174,17 @@ def test_no_further_pass_without_time_for_the_first_look_of_what_it_takes_first(
     cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
 
     def first_look(e):
-        return wide.start_s + _to_first_look(e, family=3)
+        return wide.start_s + _to_first_look(e)
 
     assert confirm_plan.another_pass(candidates, base, cand, first_look(cheap), family=3)
     assert confirm_plan.another_pass(candidates, base, cand, first_look(cheap) - 1,
                                      family=3) is None
     # A stored regression goes first, so the pass must reach its first look, not the
-    # cheapest one's.
+    # cheapest one's; confirming it takes more pairs than clearing a candidate.
     marked = [dataclasses.replace(c, verdict=Verdict.REGRESSION) if c.name == dear.name else c
               for c in candidates]
+    dear = confirm_plan.plan(marked, base, cand, budget_s=100_000, family=3).estimates[dear.name]
+    assert dear.first_look == confirm_plan.fewest_for_regression(Design(), 3) > cheap.first_look
     assert first_look(cheap) < first_look(dear)
     assert confirm_plan.another_pass(marked, base, cand, first_look(cheap), family=3) is None
     assert confirm_plan.another_pass(marked, base, cand, first_look(dear),
@@ -204,7 +207,7 @@ def test_a_further_pass_that_fails_keeps_what_the_first_decided(monkeypatch):
     monkeypatch.setattr("llmbench.ab.run_ab", second_fails)
     wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
     cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
-    dear_first_look = _to_first_look(dear, family=2)
+    dear_first_look = _to_first_look(dear)
     confirmed = confirm.confirm(gate.compare_runs(base, cand), pytest_args=[],
                                 budget_s=wide.start_s + max(cheap.seconds + 1, dear_first_look))
     assert len(calls) == 1

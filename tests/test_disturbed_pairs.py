@@ -7,19 +7,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 from llmbench.ab import pair_worker, pairing
 from llmbench.gate import sequential
 
 DESIGN = sequential.Design()
-
-
-class Clock:
-    now = 1000.0
-
-    def monotonic(self):
-        return self.now
 
 
 class Scripted(pairing.Coordinator):
@@ -53,13 +45,6 @@ class Scripted(pairing.Coordinator):
             worker.others.setdefault("a", []).append(others)
             self.kept[worker.name].append(seconds)
         return ["round", "a", None]
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    fake = Clock()
-    monkeypatch.setattr(pairing.time, "monotonic", fake.monotonic)
-    return fake
 
 
 def test_a_disturbed_round_drops_its_pair_on_both_sides(clock):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pairing_clock
 import pytest
 
 from llmbench.ab import focus, pairing
@@ -60,14 +61,6 @@ def test_no_look_of_the_design_reaches_it_then_none_does():
     assert focus.deciding_look(est, longer, THRESHOLD) in longer.looks[-3:]
 
 
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def monotonic(self):
-        return self.now
-
-
 class Scripted(pairing.Coordinator):
     """Workers that answer every turn at once: each round takes ROUND_S on the fake clock;
     the candidate's rounds are the true ratio times a seeded lognormal noise."""
@@ -75,10 +68,12 @@ class Scripted(pairing.Coordinator):
     ROUND_S = 0.5
     NOISE = 0.10  # per round: a pair's log-ratio spreads by about 0.14
 
-    def __init__(self, clock, ratios, budget_s, focused, seed=5):
+    def __init__(self, clock, ratios, budget_s, focused, seed=5, clearing=None,
+                 design=DESIGN):
         workers = {name: pairing.Worker(name, None, None, None) for name in pairing.SIDES}
         progress = pairing.Progress(None, budget_s, started=clock.now)
-        super().__init__(workers, DESIGN, budget_s, lambda *a: THRESHOLD, progress, focused)
+        super().__init__(workers, design, budget_s, lambda *a: THRESHOLD, progress, focused,
+                         clearing=clearing)
         self.clock, self.ratios = clock, ratios
         self.rng = np.random.default_rng(seed)
         self.at: str | None = None
@@ -99,13 +94,6 @@ class Scripted(pairing.Coordinator):
             self.at = name
             self.pair(name, None, remaining=len(self.ratios) - i)
         return {name: r for name, r in self.records.items()}
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    fake = Clock()
-    monkeypatch.setattr(pairing.time, "monotonic", fake.monotonic)
-    return fake
 
 
 # Three candidates of one slowdown 15% slower (threshold 10%), 1 s a pair, 90 s in all: an
@@ -139,8 +127,7 @@ def test_over_many_seeds_focusing_decides_more_often(monkeypatch):
     decided = {False: set(), True: set()}
     for seed in range(40):
         for focused in (False, True):
-            clock = Clock()
-            monkeypatch.setattr(pairing.time, "monotonic", clock.monotonic)
+            clock = pairing_clock.install(monkeypatch)
             records = Scripted(clock, RATIOS, budget_s=90, focused=focused, seed=seed).judge()
             if any(r.stopped == "regression" for r in records.values()):
                 decided[focused].add(seed)

@@ -57,6 +57,7 @@ from llmbench.gate import sequential
 POLL_S = 1.0  # how often a wait checks that the worker is still alive
 CONNECT_TIMEOUT_S = 300.0  # starting pytest and importing torch; a slow disk is slow
 SIDES = ("baseline", "candidate")
+CLEARED = "cleared"  # a record's stop: its pairs rule out a regression (a confirmation's)
 
 
 class SideFailed(ABError):
@@ -95,7 +96,8 @@ class BenchmarkRecord:
     name: str
     group: str | None
     threshold: float
-    stopped: str = ""  # the verdict it stopped on, "max pairs", "budget", "not reached"
+    # The verdict it stopped on, "cleared", "max pairs", "budget", "not reached".
+    stopped: str = ""
     seconds: float = 0.0
     # The first look at which its pairs pointed at a regression that the rest of the budget
     # should decide (`focus`), so it might go on past its share; 0: none did.
@@ -145,8 +147,12 @@ class Coordinator:
     def __init__(self, workers: dict[str, Worker], design: sequential.Design, budget_s: float,
                  threshold_of: Callable[[str, str | None, str | None], float],
                  progress: Progress, focus: bool = False,
-                 disturbed_share: float | None = None):
+                 disturbed_share: float | None = None,
+                 clearing: sequential.Design | None = None):
         self.workers = workers
+        # A confirmation's unsplit design: a benchmark stops once its pairs rule out a
+        # regression (`sequential.clears`), as no further pair can change the run's outcome.
+        self.clearing = clearing
         # None: $LLMBENCH_DISTURBED_SHARE, else the default (as the flags' default).
         self.disturbed_share = (disturbance.default_share() if disturbed_share is None
                                 else disturbed_share)
@@ -340,6 +346,9 @@ class Coordinator:
                 allowed = self._allowance(record, d, share, per_pair, started, now)
             if found is not None:
                 record.stopped = found.value
+            elif (self.clearing is not None and self.design.is_look(n)
+                  and sequential.clears(d, self.clearing, record.threshold)):
+                record.stopped = CLEARED
             elif next_look is None:
                 record.stopped = "max pairs"
             elif spent + per_pair * (next_look - n) > allowed:
@@ -394,7 +403,8 @@ class Coordinator:
                 raise SideFailed(f"{worker.name} is still at {worker.request!r}")
 
     def to_json(self) -> dict:
-        return {"design": {"alpha": self.design.alpha, "looks": list(self.design.looks)},
+        return {"design": {"alpha": self.design.alpha, "looks": list(self.design.looks),
+                           "clearing_alpha": self.clearing and self.clearing.alpha},
                 "order": "ABBA by pair",
                 "benchmarks": [r.to_json(self.workers) for r in self.records.values()],
                 "only": self.only}
@@ -466,7 +476,8 @@ def run_paired(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence
                log: TextIO | None = None,
                on_interrupt: Callable[[Coordinator], None] | None = None,
                focus: bool = False,
-               disturbed_share: float | None = None) -> PairedRuns:
+               disturbed_share: float | None = None,
+               clearing: sequential.Design | None = None) -> PairedRuns:
     """Run both suites in turn, round by round; see the module docstring. `threshold_of`
     maps (nodeid, group, the suites' --device option) to the benchmark's threshold."""
     check_pytest_args(pytest_args)
@@ -492,7 +503,7 @@ def run_paired(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence
                                         design, workdir)
             stack.callback(_end, workers[side.name])
         coordinator = Coordinator(workers, design, budget_s, threshold_of, progress, focus,
-                                  disturbed_share)
+                                  disturbed_share, clearing)
         try:
             coordinator.connect(server)
             common = coordinator.collect()

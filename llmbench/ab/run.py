@@ -65,19 +65,24 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
            keep: str | None = None, repo: str | os.PathLike = ".",
            candidate_args: Sequence[str] = (), log: TextIO | None = None,
            on_interrupt=None, focus: bool = False,
-           disturbed_share: float | None = None) -> GateResult:
+           disturbed_share: float | None = None,
+           clearing_alpha: float | None = None) -> GateResult:
     """`llmbench ab REV`: REV's suite against the working tree's, paired round by round
     within `budget_s` (`pairing`), or with `blocks`, interleaved in blocks (this module).
     `focus` (paired rounds only): a benchmark whose pairs point at a regression may take the
     rest of the budget (`focus`), for a confirmation, which needs one decided regression,
     not every verdict. A pair in which others took more than `disturbed_share` of a side's
-    CPUs is taken again."""
+    CPUs is taken again. `clearing_alpha` (a confirmation's unsplit alpha, paired rounds
+    only): a benchmark whose pairs rule out a regression at that level stops, cleared
+    (`sequential`, Clearing)."""
     from llmbench.gate import sequential
 
     check_pytest_args(pytest_args)
     options = options or GateOptions()
     design = sequential.Design(alpha=options.alpha,
                                max_pairs=max_pairs or sequential.DEFAULT_MAX_PAIRS)
+    clearing = (None if clearing_alpha is None else
+                sequential.Design(alpha=clearing_alpha, max_pairs=design.max_pairs))
     if blocks is None and options.normalize:
         raise ABError("--normalize does not apply to a paired A/B: each pair already shares "
                       "its moment on the machine; drop it (or pass --blocks)")
@@ -104,20 +109,21 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
         return judge_in_turn(baseline, candidate, pytest_args=pytest_args, workdir=workdir,
                              design=design, budget_s=budget_s, options=options, log=log,
                              on_interrupt=on_interrupt, focus=focus,
-                             disturbed_share=disturbed_share)
+                             disturbed_share=disturbed_share, clearing=clearing)
 
 
 def judge_in_turn(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence[str],
                   workdir: Path, design, budget_s: float, options: GateOptions,
                   log: TextIO | None = None, on_interrupt=None,
-                  focus: bool = False, disturbed_share: float | None = None) -> GateResult:
+                  focus: bool = False, disturbed_share: float | None = None,
+                  clearing=None) -> GateResult:
     """Pair two checkouts' suites round by round (`pairing`) and judge the pairs."""
     from llmbench.ab import pairing
 
     paired = pairing.run_paired(
         baseline, candidate, pytest_args=pytest_args, workdir=workdir, design=design,
         budget_s=budget_s, log=log, on_interrupt=on_interrupt, focus=focus,
-        disturbed_share=disturbed_share,
+        disturbed_share=disturbed_share, clearing=clearing,
         threshold_of=lambda nodeid, group, device: live_threshold(options, nodeid, group,
                                                                   device))
     # A benchmark with no timed pair (the budget was spent before its turn, or before its
@@ -138,7 +144,7 @@ def judge_in_turn(baseline: Checkout, candidate: Checkout, *, pytest_args: Seque
             if saved is None or list(saved.samples) != record[side]:
                 raise ABError(f"{side} run {run.source} does not hold the rounds paired "
                               f"for {record['name']}")
-    result = compare_paired(base, cand, design, options, unpaired=unpaired)
+    result = compare_paired(base, cand, design, options, unpaired=unpaired, clearing=clearing)
     # A benchmark one side lacks is in neither saved run: it was never paired.
     only = paired.pairing["only"]
     return dataclasses.replace(result, pairing=paired.pairing,

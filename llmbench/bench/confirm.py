@@ -115,9 +115,11 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     while True:
         _say_pass(log, chosen, len(keys), commit, budget_s - (time.monotonic() - started),
                   first=not tested)
-        # Each pass tests its share of the candidates at its share of alpha, so every pass
-        # together holds the family's error rate (Bonferroni over all the candidates, as
-        # the plan assumed when it costed them).
+        # A regression is named: each pass tests its share of the candidates at its share
+        # of alpha, so every pass together holds the family's error rate (Bonferroni over
+        # all the candidates, as the plan assumed when it costed them). Clearing is one
+        # claim about them all (none is past the threshold), tested at the unsplit alpha
+        # (`sequential`, Clearing).
         options = dataclasses.replace(result.options, normalize=False,
                                       alpha=result.options.alpha * len(chosen.chosen)
                                       / len(keys))
@@ -126,7 +128,8 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
             paired = run_ab(commit, budget_s=budget_s - (time.monotonic() - started),
                             pytest_args=[*pytest_args, *chosen.chosen], options=options,
                             repo=repo, candidate_args=injected_args(result.candidate), log=log,
-                            focus=True, disturbed_share=disturbed_share)
+                            focus=True, disturbed_share=disturbed_share,
+                            clearing_alpha=result.options.alpha)
         except UserError as exc:
             if not tested:
                 return _not_run(result, f"the paired A/B failed: {exc}", keys)

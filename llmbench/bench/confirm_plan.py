@@ -6,10 +6,14 @@ slower benchmark of a run (a slowdown in the decode loop makes a dozen of them s
 gets a share too small for the pairs a regression needs (12 at the least), and the A/B
 decides none: the run ends "not confirmed" although the slowdown is real. So the
 confirmation re-measures only the candidates its budget can decide, chosen by what each is
-expected to cost: the pairs it needs (from its stored ratio's margin over the threshold and
-its rounds' spread, as a power calculation at the design's per-look level) times a pair's
-time (both sides' rounds), plus compiling on both sides for a compiled case. Stored
-regressions go first, since only a confirmation lets them fail the run. The others wait:
+expected to cost: the pairs it needs times a pair's time (both sides' rounds), plus
+compiling on both sides for a compiled case. A stored regression (beyond the noise between
+runs) is expected to be confirmed: its pairs come from its stored ratio's margin over the
+threshold and its rounds' spread, as a power calculation at the family's per-look level. A
+candidate within that noise is expected to be the machine's drift, which pairs remove: its
+pairs are those that clear it (the interval's upper bound below 1 + threshold at the
+unsplit level, `sequential`, Clearing), most often the first look. Stored regressions go
+first, since only a confirmation lets them fail the run. The others wait:
 when a pass ends with budget to spare, `another_pass` plans one over them; those no pass
 reaches stay "not confirmed", and the line says which were left out and how to decide them. One
 confirmed regression already fails the run; the rest only name more.
@@ -41,6 +45,7 @@ class Estimate:
     pairs: int  # the look it is expected to be decided at
     seconds: float  # its pairs and any compiling, on both sides
     pair_s: float = 0.0  # one pair of rounds, with the turn-taking around it
+    first_look: int = 0  # the first look that can decide it so (clear it, or confirm it)
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,27 @@ def fewest_for_regression(design: Design, family: int) -> int:
     return next((look for look in design.looks
                  if len(design.looks) * 2 / 2 ** look <= design.alpha / family),
                 design.looks[-1])
+
+
+def fewest_to_clear(design: Design) -> int:
+    """The first look at which a candidate can be cleared: its interval's upper bound is
+    finite once all-one-way pairs are rare enough, 2 / 2^n <= 2 * look alpha (8 pairs at
+    alpha 0.05 and 8 looks, where the bound is the largest pair's ratio)."""
+    return next((look for look in design.looks if 2.0 ** -look <= design.look_alpha),
+                design.looks[-1])
+
+
+def pairs_to_clear(base: runs.Benchmark, cand: runs.Benchmark, design: Design,
+                   threshold: float) -> int:
+    """The look at which pairs of a candidate whose stored slowdown was the machine's drift
+    (true ratio 1 in pairs) are expected to clear it: the upper bound, one-sided at the
+    unsplit per-look level, below 1 + threshold with probability POWER."""
+    spread = math.sqrt(2) * max(_log_sd(base.samples), _log_sd(cand.samples), 1e-3)
+    normal = statistics.NormalDist()
+    z = normal.inv_cdf(1 - design.look_alpha) + normal.inv_cdf(POWER)
+    n = math.ceil((z * spread / math.log1p(threshold)) ** 2)
+    fewest = fewest_to_clear(design)
+    return next((look for look in design.looks if look >= max(n, fewest)), design.looks[-1])
 
 
 def pairs_needed(c: Comparison, base: runs.Benchmark, cand: runs.Benchmark,
@@ -103,10 +129,14 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
         base, cand = baseline.benchmarks.get(c.name), candidate.benchmarks.get(c.name)
         if base is None or cand is None:
             continue
-        n = pairs_needed(c, base, cand, design, family)
+        if c.verdict is Verdict.REGRESSION:
+            n, first = (pairs_needed(c, base, cand, design, family),
+                        fewest_for_regression(design, family))
+        else:
+            n, first = pairs_to_clear(base, cand, design, c.threshold), fewest_to_clear(design)
         pair_s = 2 * max(base.median_s, cand.median_s) * PAIR_OVERHEAD
         seconds = n * pair_s + 2 * _compile_s(cand) + BETWEEN_S
-        estimates[c.name] = Estimate(c.name, n, seconds, pair_s)
+        estimates[c.name] = Estimate(c.name, n, seconds, pair_s, first)
     regressions = {c.name for c in candidates if c.verdict is Verdict.REGRESSION}
     order = sorted(estimates.values(), key=lambda e: (e.name not in regressions, e.seconds))
     chosen, left, spent = [], [], start
@@ -124,14 +154,14 @@ def another_pass(left: Sequence[Comparison], baseline: runs.Run, candidate: runs
                  budget_s: float, family: int, design: Design | None = None) -> Plan | None:
     """The plan of a further A/B over the candidates an earlier pass left out, with the
     budget that pass left unspent; None when it would not reach the first look that can
-    decide the first of them it takes. The plan's costs come from the stored runs' spread,
-    which a quiet pair beats (pairs share their moment on the machine), so a pass often ends
-    early: what it leaves is worth spending before a candidate is called not confirmed."""
+    decide the first of them it takes (clear it, or confirm a stored regression). The
+    plan's costs come from the stored runs' spread, which a quiet pair beats (pairs share
+    their moment on the machine), so a pass often ends early: what it leaves is worth
+    spending before a candidate is called not confirmed."""
     design = design or Design()
     again = plan(left, baseline, candidate, budget_s, design, family)
     if not again.chosen or again.chosen[0] not in again.estimates:
         return None
     first = again.estimates[again.chosen[0]]
-    to_first_look = first.seconds - (first.pairs - fewest_for_regression(design, family)
-                                     ) * first.pair_s
+    to_first_look = first.seconds - (first.pairs - first.first_look) * first.pair_s
     return again if again.start_s + to_first_look <= budget_s else None

@@ -352,12 +352,14 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
 
 def compare_paired(baseline: Run, candidate: Run, design: sequential.Design,
                    options: GateOptions | None = None,
-                   unpaired: Mapping[str, float] | None = None) -> GateResult:
+                   unpaired: Mapping[str, float] | None = None,
+                   clearing: sequential.Design | None = None) -> GateResult:
     """Judge two runs whose rounds were taken in turn (`llmbench ab`): round i of a benchmark
     on one side pairs with round i on the other. Machine speed needs no control here: a pair
     shares its moment on the machine, so --normalize is refused. `unpaired`: benchmarks the
     A/B reached but timed no pair of (name: threshold), judged inconclusive with the rest,
-    so they count in Holm's family as they did in the A/B's stopping rule."""
+    so they count in Holm's family as they did in the A/B's stopping rule. `clearing`: a
+    confirmation's unsplit design, at which an undecided benchmark may be cleared."""
     options = options or GateOptions()
     if options.normalize:
         raise UserError("--normalize does not apply to a paired A/B: each pair already shares "
@@ -371,6 +373,6 @@ def compare_paired(baseline: Run, candidate: Run, design: sequential.Design,
             pairs[name], thresholds[name] = ((), ()), threshold
     groups = {k: candidate.benchmarks[k].group for k in common
               if candidate.benchmarks[k].group is not None}
-    comparisons = sequential.judge_family(pairs, thresholds, design, groups)
+    comparisons = sequential.judge_family(pairs, thresholds, design, groups, clearing)
     return _result(baseline, candidate, options, common, other_work, comparisons, None,
                    mismatches, design)

@@ -205,6 +205,9 @@ def code_lines(result: GateResult) -> list[str]:
                      f"{conf.get('seconds', 0):.0f} s"
                      + (f" ({passes} passes)" if (passes := conf.get("passes", 1)) > 1
                         else "") + "; their verdicts are the A/B's"
+                     + (f"; {cleared} cleared (their pairs rule out a regression at alpha "
+                        f"{result.options.alpha:g}, one test that none is past the "
+                        "threshold)" if (cleared := _cleared(conf)) else "")
                      + (f"; {len(left)} more slower benchmark(s) its budget would not "
                         "decide are not confirmed" if left else "")
                      + (f"; a further A/B of {len(failed.get('benchmarks') or ())} failed "
@@ -213,6 +216,12 @@ def code_lines(result: GateResult) -> list[str]:
     elif conf is not None:
         lines.append(f"not confirmed by a paired A/B: {conf.get('why')}")
     return lines
+
+
+def _cleared(confirmation) -> int:
+    """How many candidates a confirmation's pairs cleared (`sequential`, Clearing)."""
+    return sum(str(c.get("reason", "")).startswith("cleared")
+               for c in confirmation.get("comparisons") or ())
 
 
 def header_lines(result: GateResult) -> list[str]:

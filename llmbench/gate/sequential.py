@@ -39,7 +39,19 @@ over the benchmarks of the run:
 Benchmarks run one after another (pytest's order), so a benchmark must be stopped before
 the others' p-values exist: it stops as a regression or improvement once P <= alpha / m
 (Bonferroni over the m benchmarks, the strictest Holm step), and the final verdicts are then
-taken with Holm, which can only confirm such a stop. Imports nothing of ours.
+taken with Holm, which can only confirm such a stop.
+
+Clearing. A confirmation (`llmbench.bench.confirm`) asks a narrower question of M slower
+candidates: does any of them regress? A regression is named, so its claim is split over the
+family (alpha / M). The pass is one claim about all of them, that *none* is past the
+threshold, and it is an intersection-union test: the union of the nulls ("some candidate
+is slower than 1 + delta") is rejected only when each candidate's own null is, each at
+level alpha, with no split, since P(every candidate cleared | candidate j truly regresses)
+<= P(j cleared) <= alpha (Berger 1982). So a candidate is *cleared* once the upper bound of
+its interval at the unsplit design (`clears`) lies below 1 + delta: at 8 pairs, when all
+eight are, instead of 12 or more pairs at alpha / M. The run passes only if every candidate
+is cleared (or proven unchanged or faster); one that is neither stays "not confirmed".
+Imports nothing of ours.
 """
 
 from __future__ import annotations
@@ -234,6 +246,14 @@ def stop_decision(d: Sequence[float], design: Design, threshold: float, m: int
     return None if found is Verdict.INCONCLUSIVE else found
 
 
+def clears(d: Sequence[float], clearing: Design, threshold: float) -> PairedEstimate | None:
+    """The estimate of log-ratios `d` at the clearing level when its interval's upper bound
+    lies below 1 + threshold (the pairs rule out a regression); None otherwise, or before
+    the first look. `clearing` is a confirmation's unsplit design (module docstring)."""
+    est = estimate(d, clearing)
+    return est if est is not None and est.ci_high < 1 + threshold else None
+
+
 def pairs_needed(est: PairedEstimate, design: Design, threshold: float) -> int:
     """The pairs at which, at the spread seen so far, the interval should clear the nearest
     decision boundary (ln(1 + delta) either side): the large-sample width of the
@@ -260,9 +280,13 @@ def power(effect: float, sd: float, n: int, threshold: float, design: Design) ->
 
 def judge_family(pairs: Mapping[str, tuple[Sequence[float], Sequence[float]]],
                  thresholds: Mapping[str, float], design: Design,
-                 groups: Mapping[str, str] | None = None) -> tuple[Comparison, ...]:
+                 groups: Mapping[str, str] | None = None,
+                 clearing: Design | None = None) -> tuple[Comparison, ...]:
     """One `Comparison` per benchmark of paired samples (baseline, candidate in pair order),
-    with Holm over the run. A benchmark with fewer pairs than the first look is inconclusive."""
+    with Holm over the run. A benchmark with fewer pairs than the first look is inconclusive.
+    `clearing` (a confirmation's unsplit design): an inconclusive benchmark whose interval
+    at that level lies below 1 + threshold carries that interval, and its reason says it is
+    cleared (see the module docstring, Clearing)."""
     groups = groups or {}
     names = list(pairs)
     estimates = {k: estimate(log_ratios(*pairs[k]), design) for k in names}
@@ -283,6 +307,10 @@ def judge_family(pairs: Mapping[str, tuple[Sequence[float], Sequence[float]]],
             found = verdict(est, delta, adjusted[name], design.alpha)
             ratio, lo, hi, pv = est.ratio, est.ci_low, est.ci_high, est.p_value
             needed = pairs_needed(est, design, delta) if found is Verdict.INCONCLUSIVE else None
+            cleared = (clears(log_ratios(b, c), clearing, delta)
+                       if clearing is not None and found is Verdict.INCONCLUSIVE else None)
+            if cleared is not None:
+                lo, hi, needed = cleared.ci_low, cleared.ci_high, None
             ci = f"CI [{lo:.3f}, {hi:.3f}]"
             reason = {
                 Verdict.REGRESSION: f"slower beyond +{delta:.0%}: P_adj={adjusted[name]:.2g}, {ci}",
@@ -290,7 +318,10 @@ def judge_family(pairs: Mapping[str, tuple[Sequence[float], Sequence[float]]],
                 Verdict.UNCHANGED: f"{ci} within +/-{delta:.0%}",
                 Verdict.INCONCLUSIVE: f"P_adj={adjusted[name]:.2g}, {ci} not decided against "
                                       f"+/-{delta:.0%}; ~{needed} pairs should decide",
-            }[found] + f" ({est.n} pairs at the last look)"
+            }[found] if cleared is None else (
+                f"cleared: {ci} below +{delta:.0%} at the clearing level (alpha "
+                f"{clearing.alpha:.2g}, not split over the candidates)")
+            reason += f" ({est.n} pairs at the last look)"
         out.append(Comparison(
             name=name, group=groups.get(name), n_baseline=int(b.size), n_candidate=int(c.size),
             baseline_median=float(np.median(b)) if b.size else math.nan,
