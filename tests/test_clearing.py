@@ -8,6 +8,7 @@ clock: what is asserted is what was decided and how many pairs it took, never a 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -133,18 +134,20 @@ def test_a_cleared_candidate_carries_its_clearing_interval_and_settles_as_a_pass
     assert settled.verdict is Verdict.INCONCLUSIVE and "not slower beyond +10%" in settled.reason
 
 
-def _bench(name: str, rounds: list[float]) -> runs.Benchmark:
-    return runs.Benchmark(key=name, name=name, group=None, samples=tuple(rounds),
-                          extra_info={})
-
-
-def test_a_drift_candidate_is_costed_at_the_pairs_that_clear_it():
-    """Quiet rounds: the first look; noisy ones: more, as the interval needs them."""
-    def pairs(spread):
-        rounds = list(np.exp(np.random.default_rng(0).normal(0, spread, 30)))
-        return confirm_plan.pairs_to_clear(_bench("a", rounds), _bench("a", rounds[::-1]),
-                                           DESIGN, THRESHOLD)
-
-    assert confirm_plan.fewest_to_clear(DESIGN) == 8
-    assert pairs(0.02) == pairs(0.04) == 8
-    assert 8 < pairs(0.10) < pairs(0.15) and pairs(0.15) in DESIGN.looks
+def test_a_drift_candidate_is_costed_at_the_first_look_that_can_clear_it():
+    """Whatever its stored rounds' spread: pairs spread far less than rounds of runs apart,
+    and the plan that costed them from the rounds left candidates out and budget unspent."""
+    rounds = np.exp(np.random.default_rng(0).normal(0, 0.15, 30))
+    base = runs.Benchmark(key="a", name="a", group=None, extra_info={}, samples=tuple(rounds),
+                          summary={"median": float(np.median(rounds))})
+    slower = Comparison(
+        name="a", group=None, n_baseline=30, n_candidate=30, baseline_median=1.0,
+        candidate_median=1.2, ratio=1.2, ci_low=1.1, ci_high=1.3, p_value=0.01,
+        p_adjusted=0.01, threshold=THRESHOLD, verdict=Verdict.NOT_CONFIRMED,
+        rounds_needed=None, reason="slower in the stored runs")
+    run = runs.Run(source="r", benchmarks={"a": base}, environment={})
+    estimate = confirm_plan.plan([slower], run, run, budget_s=1000).estimates["a"]
+    assert estimate.pairs == estimate.first_look == confirm_plan.fewest_to_clear(DESIGN) == 8
+    regression = confirm_plan.plan([dataclasses.replace(slower, verdict=Verdict.REGRESSION)],
+                                   run, run, budget_s=1000).estimates["a"]
+    assert regression.pairs > 8

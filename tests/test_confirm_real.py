@@ -101,6 +101,10 @@ def test_a_commit_that_changes_nothing_is_cleared_by_the_ab(baseline, tmp_path):
     # machine is busy with the other tests) may be re-measured beside it, and is cleared too.
     assert DECODE in saved["confirmation"]["benchmarks"]
     assert saved["verdict"]["counts"]["regression"] == 0, out[-4000:]
-    verdicts = {c["name"]: c["verdict"] for c in saved["confirmation"]["comparisons"]}
-    assert verdicts[DECODE] == "unchanged", out[-4000:]  # within 50%, on the pairs
+    decode = next(c for c in saved["confirmation"]["comparisons"] if c["name"] == DECODE)
+    # Decided on the pairs: within 50% both ways, or cleared (its pairs rule out +50%, at 8
+    # pairs most often, before they can show it within 50% both ways).
+    assert (decode["verdict"] == "unchanged"
+            or (decode["verdict"] == "inconclusive"
+                and decode["reason"].startswith("cleared"))), out[-4000:]
     assert proc.returncode == 0, out[-4000:]

@@ -11,8 +11,8 @@ compiling on both sides for a compiled case. A stored regression (beyond the noi
 runs) is expected to be confirmed: its pairs come from its stored ratio's margin over the
 threshold and its rounds' spread, as a power calculation at the family's per-look level. A
 candidate within that noise is expected to be the machine's drift, which pairs remove: its
-pairs are those that clear it (the interval's upper bound below 1 + threshold at the
-unsplit level, `sequential`, Clearing), most often the first look. Stored regressions go
+pairs are those of the first look that can clear it (the interval's upper bound below
+1 + threshold at the unsplit level, `sequential`, Clearing). Stored regressions go
 first, since only a confirmation lets them fail the run. The others wait:
 when a pass ends with budget to spare, `another_pass` plans one over them; those no pass
 reaches stay "not confirmed", and the line says which were left out and how to decide them. One
@@ -79,19 +79,6 @@ def fewest_to_clear(design: Design) -> int:
                 design.looks[-1])
 
 
-def pairs_to_clear(base: runs.Benchmark, cand: runs.Benchmark, design: Design,
-                   threshold: float) -> int:
-    """The look at which pairs of a candidate whose stored slowdown was the machine's drift
-    (true ratio 1 in pairs) are expected to clear it: the upper bound, one-sided at the
-    unsplit per-look level, below 1 + threshold with probability POWER."""
-    spread = math.sqrt(2) * max(_log_sd(base.samples), _log_sd(cand.samples), 1e-3)
-    normal = statistics.NormalDist()
-    z = normal.inv_cdf(1 - design.look_alpha) + normal.inv_cdf(POWER)
-    n = math.ceil((z * spread / math.log1p(threshold)) ** 2)
-    fewest = fewest_to_clear(design)
-    return next((look for look in design.looks if look >= max(n, fewest)), design.looks[-1])
-
-
 def pairs_needed(c: Comparison, base: runs.Benchmark, cand: runs.Benchmark,
                  design: Design, benchmarks: int) -> int:
     """The look at which a paired A/B is expected to call `c` a regression: the pairs for
@@ -133,7 +120,13 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
             n, first = (pairs_needed(c, base, cand, design, family),
                         fewest_for_regression(design, family))
         else:
-            n, first = pairs_to_clear(base, cand, design, c.threshold), fewest_to_clear(design)
+            # Costed at the first look that can clear it, not from the stored rounds'
+            # spread: a pair's two rounds share their moment on the machine, and on a
+            # drifting host pairs that cleared at 8 came from rounds whose spread predicted
+            # 18 to 27 (docs/measurements/2026-12-03-stable-measurements.md). Costing it
+            # higher leaves candidates out and budget unspent; one that needs more pairs
+            # takes them from its share of the budget.
+            n = first = fewest_to_clear(design)
         pair_s = 2 * max(base.median_s, cand.median_s) * PAIR_OVERHEAD
         seconds = n * pair_s + 2 * _compile_s(cand) + BETWEEN_S
         estimates[c.name] = Estimate(c.name, n, seconds, pair_s, first)
