@@ -91,62 +91,47 @@ def test_compiling_counts_on_both_sides():
     assert compiled.chosen[0] == CHEAP
 
 
-def _to_first_look(e: confirm_plan.Estimate) -> float:
-    """An estimate's seconds to the first look that can decide it (clear it, or confirm a
-    stored regression)."""
-    return e.seconds - (e.pairs - e.first_look) * e.pair_s
-
-
-class Clock:
-    """confirm's clock: an A/B takes the seconds a test says (`spend`: of its budget)."""
-
-    def __init__(self, spend=1.0):
-        self.now, self.spend = 1000.0, spend
-
-    def monotonic(self):
-        return self.now
-
-    def ab(self, budget_s):
-        self.now += self.spend * budget_s
-
-
-def _fake_ab(monkeypatch, base, cand, clock, calls):
-    """Stands for `run_ab`: every benchmark it is given confirmed, in the clock's time."""
+def _fake_ab(monkeypatch, base, cand, calls, reach=None):
+    """Stands for `run_ab`: the first `reach` benchmarks of its schedule (all: None) paired
+    and confirmed, the rest not reached, as the coordinator leaves them (`test_shares`)."""
     def fake_ab(rev, **kw):
         calls.append(kw)
-        clock.ab(kw["budget_s"])
-        keys = [k for k in kw["pytest_args"] if "::" in k]
-        stored = gate.compare_runs(base, cand)
-        return dataclasses.replace(stored, code=None, comparisons=tuple(
+        names = list(kw["schedule"])
+        reached = names[:reach]
+        stored_result = gate.compare_runs(base, cand)
+        return dataclasses.replace(stored_result, code=None, comparisons=tuple(
             dataclasses.replace(c, verdict=Verdict.REGRESSION, n_pairs=18, reason="paired")
-            for c in stored.comparisons if c.name in keys))
+            if c.name in reached else
+            dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, reason="unpaired")
+            for c in stored_result.comparisons if c.name in names))
 
     monkeypatch.setattr("llmbench.ab.run_ab", fake_ab)
-    monkeypatch.setattr(confirm, "time", clock)
 
 
-def test_budget_a_pass_leaves_goes_to_what_it_left_out(monkeypatch):
-    """The plan costs candidates from the stored runs' spread; pairs that decide sooner
-    leave time, and a further pass spends it on the candidates left out, each pass at its
-    share of alpha."""
+def test_every_candidate_goes_to_one_ab_in_the_plans_order_with_its_first_look_reserved(
+        monkeypatch):
+    """Even those the plan expects the budget to leave out: pairs that decide sooner than
+    the stored runs predict leave them time, and one A/B starts both sides once."""
     base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
     wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
     cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
-    dear_first_look = _to_first_look(dear)
-    budget = wide.start_s + max(cheap.seconds + 1, dear_first_look)
-    assert budget < wide.start_s + cheap.seconds + dear.seconds  # the plan leaves dear out
+    budget = wide.start_s + cheap.seconds + 1
+    assert confirm_plan.plan(_candidates(base, cand), base, cand, budget).left == (dear.name,)
     calls = []
-    _fake_ab(monkeypatch, base, cand, Clock(spend=0.0), calls)  # each pass ends at once
-    confirmed = confirm.confirm(gate.compare_runs(base, cand), pytest_args=[],
+    _fake_ab(monkeypatch, base, cand, calls)
+    confirmed = confirm.confirm(gate.compare_runs(base, cand), pytest_args=["--model=tiny"],
                                 budget_s=budget)
-    assert [[a for a in kw["pytest_args"] if "::" in a] for kw in calls] == [[cheap.name],
-                                                                           [dear.name]]
-    alpha = gate.GateOptions().alpha
-    assert [kw["options"].alpha for kw in calls] == [pytest.approx(alpha / 2)] * 2
+    [kw] = calls
+    assert [a for a in kw["pytest_args"] if "::" in a] == [cheap.name, dear.name]
+    assert kw["schedule"] == {e.name: pytest.approx(confirm_plan.first_look_s(e))
+                              for e in (cheap, dear)}
+    assert kw["budget_s"] == budget and kw["clearing_alpha"] == gate.GateOptions().alpha
+    assert kw["options"].alpha == pytest.approx(gate.GateOptions().alpha)  # 2 of 2
     assert {c.name: c.verdict for c in confirmed.comparisons if c.name in (CHEAP, DEAR)} == {
         CHEAP: Verdict.REGRESSION, DEAR: Verdict.REGRESSION}
-    assert confirmed.confirmation["left"] == [] and confirmed.confirmation["passes"] == 2
-    assert "2 benchmarks in 0 s (2 passes)" in gate.render_text(confirmed)
+    assert confirmed.confirmation["left"] == []
+    assert "confirmed by a paired A/B against aaaaaaaa: 2 benchmarks in" in gate.render_text(
+        confirmed)
     again = stored.apply_recorded(gate.compare_runs(base, cand).comparisons,
                                   confirmed.confirmation)
     assert {c.name: c.verdict for c in again} == {
@@ -167,80 +152,54 @@ def test_the_fewest_pairs_for_a_regression_are_those_the_sequential_test_needs(f
     assert fewest == {1: 12, 2: 12, 17: 18}[family]
 
 
-def test_no_further_pass_without_time_for_the_first_look_of_what_it_takes_first():
+def test_a_stored_regression_is_scheduled_first_with_the_pairs_confirming_it_needs():
     base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
     candidates = _candidates(base, cand)
     wide = confirm_plan.plan(candidates, base, cand, budget_s=100_000, family=3)
     cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
-
-    def first_look(e):
-        return wide.start_s + _to_first_look(e)
-
-    assert confirm_plan.another_pass(candidates, base, cand, first_look(cheap), family=3)
-    assert confirm_plan.another_pass(candidates, base, cand, first_look(cheap) - 1,
-                                     family=3) is None
-    # A stored regression goes first, so the pass must reach its first look, not the
-    # cheapest one's; confirming it takes more pairs than clearing a candidate.
+    assert list(confirm_plan.schedule(wide)) == [cheap.name, dear.name]
     marked = [dataclasses.replace(c, verdict=Verdict.REGRESSION) if c.name == dear.name else c
               for c in candidates]
-    dear = confirm_plan.plan(marked, base, cand, budget_s=100_000, family=3).estimates[dear.name]
-    assert dear.first_look == confirm_plan.fewest_for_regression(Design(), 3) > cheap.first_look
-    assert first_look(cheap) < first_look(dear)
-    assert confirm_plan.another_pass(marked, base, cand, first_look(cheap), family=3) is None
-    assert confirm_plan.another_pass(marked, base, cand, first_look(dear),
-                                     family=3).chosen[0] == dear.name
+    first = confirm_plan.plan(marked, base, cand, budget_s=100_000, family=3)
+    schedule = confirm_plan.schedule(first)
+    assert list(schedule) == [dear.name, cheap.name]
+    # Confirming a regression at its share of alpha takes more pairs than clearing.
+    regression = first.estimates[dear.name]
+    assert regression.first_look == confirm_plan.fewest_for_regression(Design(), 3) > 8
+    assert schedule[dear.name] == pytest.approx(
+        dear.seconds + (regression.first_look - dear.first_look) * dear.pair_s)
+    assert schedule[cheap.name] == pytest.approx(confirm_plan.first_look_s(cheap))
 
 
-def test_a_further_pass_that_fails_keeps_what_the_first_decided(monkeypatch):
+def test_an_ab_that_fails_leaves_every_candidate_not_confirmed(monkeypatch):
     base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
-    calls = []
-    _fake_ab(monkeypatch, base, cand, Clock(spend=0.0), calls)
-    import llmbench.ab
 
-    first_pass = llmbench.ab.run_ab
+    def fails(rev, **kw):
+        raise UserError("the baseline side died")
 
-    def second_fails(rev, **kw):
-        if calls:
-            raise UserError("the baseline side died")
-        return first_pass(rev, **kw)
-
-    monkeypatch.setattr("llmbench.ab.run_ab", second_fails)
-    wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
-    cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
-    dear_first_look = _to_first_look(dear)
-    confirmed = confirm.confirm(gate.compare_runs(base, cand), pytest_args=[],
-                                budget_s=wide.start_s + max(cheap.seconds + 1, dear_first_look))
-    assert len(calls) == 1
+    monkeypatch.setattr("llmbench.ab.run_ab", fails)
+    confirmed = confirm.confirm(gate.compare_runs(base, cand), pytest_args=[], budget_s=240)
     verdicts = {c.name: c for c in confirmed.comparisons}
-    assert verdicts[cheap.name].verdict is Verdict.REGRESSION
-    assert verdicts[dear.name].verdict is Verdict.NOT_CONFIRMED
-    assert confirmed.confirmation["failed"] == {"why": "the baseline side died",
-                                                "benchmarks": [dear.name]}
-    assert "a further A/B of 1 failed (the baseline side died)" in gate.render_text(confirmed)
-    again = stored.apply_recorded(gate.compare_runs(base, cand).comparisons,
-                                  confirmed.confirmation)
-    assert {c.name: c.verdict for c in again} == {k: c.verdict for k, c in verdicts.items()}
-    assert confirmed.exit_code == 1
+    assert verdicts[CHEAP].verdict is verdicts[DEAR].verdict is Verdict.NOT_CONFIRMED
+    assert confirmed.confirmation["status"] == "not run"
+    assert "the paired A/B failed: the baseline side died" in gate.render_text(confirmed)
+    assert confirmed.exit_code == 6
 
 
-def test_the_confirmation_re_measures_the_chosen_and_names_the_rest(monkeypatch):
+def test_the_confirmation_names_the_candidates_its_ab_did_not_reach(monkeypatch):
     base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
     calls = []
-    # The A/B spends its whole budget: nothing is left for a further pass.
-    _fake_ab(monkeypatch, base, cand, Clock(spend=1.0), calls)
+    _fake_ab(monkeypatch, base, cand, calls, reach=1)
     result = gate.compare_runs(base, cand)
-    wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
-    cheap = min(wide.estimates.values(), key=lambda e: e.seconds)
-    budget = wide.start_s + cheap.seconds + 1
-    confirmed = confirm.confirm(result, pytest_args=["--model=tiny"], budget_s=budget)
-    assert [a for a in calls[0]["pytest_args"] if "::" in a] == [cheap.name]
+    confirmed = confirm.confirm(result, pytest_args=["--model=tiny"], budget_s=60)
+    first, other = calls[0]["schedule"]
     verdicts = {c.name: c for c in confirmed.comparisons}
-    assert verdicts[cheap.name].verdict is Verdict.REGRESSION
-    other = (set(wide.estimates) - {cheap.name}).pop()
+    assert verdicts[first].verdict is Verdict.REGRESSION
     assert verdicts[other].verdict is Verdict.NOT_CONFIRMED
     assert "not re-measured: the confirmation's budget went to" in verdicts[other].reason
     assert confirmed.confirmation["left"] == [other]
-    assert ("1 more slower benchmark(s) its budget would not decide are not confirmed"
+    assert confirmed.confirmation["benchmarks"] == [first]
+    assert ("1 more slower benchmark(s) its budget did not reach are not confirmed"
             in gate.render_text(confirmed))
     assert confirmed.exit_code == 1  # one confirmed regression fails the run
 
@@ -249,7 +208,7 @@ def test_a_stored_regression_the_budget_left_out_is_not_confirmed_here_and_in_co
         monkeypatch):
     base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
 
-    _fake_ab(monkeypatch, base, cand, Clock(spend=1.0), [])
+    _fake_ab(monkeypatch, base, cand, [], reach=1)
     plain = gate.compare_runs(base, cand)
     # Both slower benchmarks as stored regressions (beyond a measured noise), one budget.
     result = dataclasses.replace(plain, comparisons=tuple(

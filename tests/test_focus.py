@@ -14,7 +14,7 @@ import numpy as np
 import pairing_clock
 import pytest
 
-from llmbench.ab import focus, pairing
+from llmbench.ab import focus, pairing, shares
 from llmbench.gate import sequential
 
 DESIGN = sequential.Design()
@@ -69,11 +69,12 @@ class Scripted(pairing.Coordinator):
     NOISE = 0.10  # per round: a pair's log-ratio spreads by about 0.14
 
     def __init__(self, clock, ratios, budget_s, focused, seed=5, clearing=None,
-                 design=DESIGN):
+                 design=DESIGN, schedule=None, round_s=None):
         workers = {name: pairing.Worker(name, None, None, None) for name in pairing.SIDES}
         progress = pairing.Progress(None, budget_s, started=clock.now)
         super().__init__(workers, design, budget_s, lambda *a: THRESHOLD, progress, focused,
-                         clearing=clearing)
+                         clearing=clearing, schedule=schedule)
+        self.round_s = round_s or {}  # a benchmark's round time, where not ROUND_S
         self.clock, self.ratios = clock, ratios
         self.rng = np.random.default_rng(seed)
         self.at: str | None = None
@@ -82,17 +83,20 @@ class Scripted(pairing.Coordinator):
     def grant(self, worker, reply):
         self.replies.append((worker.name, reply[0]))
         if reply == ["go"]:
-            self.clock.now += self.ROUND_S
+            round_s = self.round_s.get(self.at, self.ROUND_S)
+            self.clock.now += round_s
             ratio = self.ratios[self.at] if worker.name == "candidate" else 1.0
             worker.timed.setdefault(self.at, []).append(
-                self.ROUND_S * ratio * math.exp(self.rng.normal(0, self.NOISE)))
+                round_s * ratio * math.exp(self.rng.normal(0, self.NOISE)))
         return ["round", self.at, None]
 
     def judge(self):
         self.progress.total = len(self.ratios)
-        for i, name in enumerate(self.ratios):
+        order = (list(self.ratios) if self.schedule is None
+                 else shares.scheduled(list(self.ratios), self.schedule))
+        for i, name in enumerate(order):
             self.at = name
-            self.pair(name, None, remaining=len(self.ratios) - i)
+            self.pair(name, None, remaining=len(order) - i)
         return {name: r for name, r in self.records.items()}
 
 

@@ -13,9 +13,11 @@ After each pair the benchmark is judged at the looks of a group-sequential desig
 (`sequential`) and stopped as soon as it is decided; pairs are spent only on benchmarks
 still open. The budget is shared: each benchmark gets an equal share of what is left when
 it starts, so an undecidable one cannot starve the rest; one that runs out of its share is
-inconclusive, with the pairs that should decide it. A confirmation, which needs only one
-regression decided, focuses instead (`focus`): a benchmark whose pairs point at a regression
-may take the rest of the budget while the look that should decide it fits.
+inconclusive, with the pairs that should decide it. A confirmation passes a schedule
+instead (`shares`): its candidates in its order, each with the time of its first deciding
+look reserved. It also focuses (`focus`): as it needs only one regression decided, a
+benchmark whose pairs point at a regression may take the rest of the budget while the look
+that should decide it fits.
 
 A pair in which either round was disturbed (other processes or the hypervisor took more than
 the disturbed share of that side's CPUs while it ran: `llmbench.engine.disturbance`, which
@@ -42,12 +44,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from llmbench.ab import pair_worker
+from llmbench.ab import pair_worker, shares
 from llmbench.ab.checkout import ABError, Checkout, check_imports, check_pytest_args, side_env
 from llmbench.ab.focus import takes_the_rest
 from llmbench.ab.pair_worker import Channel
@@ -148,8 +150,11 @@ class Coordinator:
                  threshold_of: Callable[[str, str | None, str | None], float],
                  progress: Progress, focus: bool = False,
                  disturbed_share: float | None = None,
-                 clearing: sequential.Design | None = None):
+                 clearing: sequential.Design | None = None,
+                 schedule: Mapping[str, float] | None = None):
         self.workers = workers
+        # A confirmation's order and reservations (`shares`); None: equal shares.
+        self.schedule = schedule
         # A confirmation's unsplit design: a benchmark stops once its pairs rule out a
         # regression (`sequential.clears`), as no further pair can change the run's outcome.
         self.clearing = clearing
@@ -268,7 +273,7 @@ class Coordinator:
                              if not base and not cand else
                              f"baseline has {len(base)}, candidate {len(cand)}, none in both"))
         self.progress.total = len(common)
-        return common
+        return common if self.schedule is None else shares.scheduled(common, self.schedule)
 
     def run(self, common: Sequence[str]) -> None:
         """Start both suites on the shared list, then pair every benchmark they reach. They
@@ -308,9 +313,11 @@ class Coordinator:
         self.records[nodeid] = record
         base, cand = self.workers["baseline"], self.workers["candidate"]
         started = time.monotonic()
-        if started >= self.deadline:
-            # Spent (a focused benchmark may take it all): a pair more would only overrun
-            # it. Both sides skip the benchmark; the verdict lists it with no pair.
+        share = self._share(nodeid, started, remaining)
+        if started >= self.deadline or share is None:
+            # Spent (a focused benchmark may take it all), or what is left cannot reach the
+            # scheduled benchmark's first look: pairs would only overrun it. Both sides skip
+            # the benchmark; the verdict lists it with no pair.
             record.stopped = "not reached"
             self.progress.decided += 1
             self.progress.show(f"; {nodeid}: not reached, the budget was spent", force=True)
@@ -318,7 +325,6 @@ class Coordinator:
                 self.grant(worker, ["skip", "llmbench ab: the budget was spent before this "
                                             "benchmark's turn"])
             return
-        share = max(0.0, self.deadline - started) / max(1, remaining)
         allowed = share
         m = self.progress.total
         index = n = 0
@@ -361,6 +367,17 @@ class Coordinator:
         self.progress.show(f"; {nodeid}: {record.stopped} after {n} pairs", force=True)
         for worker in (base, cand):
             self.grant(worker, ["stop"])
+
+    def _share(self, nodeid: str, now: float, remaining: int) -> float | None:
+        """What `nodeid` may take of the budget at its turn (`shares`); None: skip it. The
+        first benchmark paired is always tried, so a small budget still tries one."""
+        left_s = self.deadline - now
+        if self.schedule is None:
+            return shares.equal_share(left_s, remaining)
+        share = shares.reserved_share(nodeid, left_s, self.schedule)
+        tried = any(r.stopped != "not reached" for r in self.records.values()
+                    if r.name != nodeid)
+        return share if share is not None or tried else max(0.0, left_s)
 
     def _drop_if_disturbed(self, record: BenchmarkRecord) -> bool:
         """Drop the pair just taken, on both sides, when other work disturbed either round
@@ -477,9 +494,11 @@ def run_paired(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence
                on_interrupt: Callable[[Coordinator], None] | None = None,
                focus: bool = False,
                disturbed_share: float | None = None,
-               clearing: sequential.Design | None = None) -> PairedRuns:
+               clearing: sequential.Design | None = None,
+               schedule: Mapping[str, float] | None = None) -> PairedRuns:
     """Run both suites in turn, round by round; see the module docstring. `threshold_of`
-    maps (nodeid, group, the suites' --device option) to the benchmark's threshold."""
+    maps (nodeid, group, the suites' --device option) to the benchmark's threshold;
+    `schedule` (a confirmation's, `shares`) orders the benchmarks and reserves their time."""
     check_pytest_args(pytest_args)
     for side in (baseline, candidate):
         check_imports(side)
@@ -503,7 +522,7 @@ def run_paired(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence
                                         design, workdir)
             stack.callback(_end, workers[side.name])
         coordinator = Coordinator(workers, design, budget_s, threshold_of, progress, focus,
-                                  disturbed_share, clearing)
+                                  disturbed_share, clearing, schedule)
         try:
             coordinator.connect(server)
             common = coordinator.collect()

@@ -24,7 +24,7 @@ import contextlib
 import dataclasses
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -66,7 +66,8 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
            candidate_args: Sequence[str] = (), log: TextIO | None = None,
            on_interrupt=None, focus: bool = False,
            disturbed_share: float | None = None,
-           clearing_alpha: float | None = None) -> GateResult:
+           clearing_alpha: float | None = None,
+           schedule: Mapping[str, float] | None = None) -> GateResult:
     """`llmbench ab REV`: REV's suite against the working tree's, paired round by round
     within `budget_s` (`pairing`), or with `blocks`, interleaved in blocks (this module).
     `focus` (paired rounds only): a benchmark whose pairs point at a regression may take the
@@ -74,7 +75,8 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
     not every verdict. A pair in which others took more than `disturbed_share` of a side's
     CPUs is taken again. `clearing_alpha` (a confirmation's unsplit alpha, paired rounds
     only): a benchmark whose pairs rule out a regression at that level stops, cleared
-    (`sequential`, Clearing)."""
+    (`sequential`, Clearing). `schedule` (a confirmation's, paired rounds only): the
+    benchmarks' order and the time reserved for each (`shares`)."""
     from llmbench.gate import sequential
 
     check_pytest_args(pytest_args)
@@ -109,21 +111,22 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
         return judge_in_turn(baseline, candidate, pytest_args=pytest_args, workdir=workdir,
                              design=design, budget_s=budget_s, options=options, log=log,
                              on_interrupt=on_interrupt, focus=focus,
-                             disturbed_share=disturbed_share, clearing=clearing)
+                             disturbed_share=disturbed_share, clearing=clearing,
+                             schedule=schedule)
 
 
 def judge_in_turn(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence[str],
                   workdir: Path, design, budget_s: float, options: GateOptions,
                   log: TextIO | None = None, on_interrupt=None,
                   focus: bool = False, disturbed_share: float | None = None,
-                  clearing=None) -> GateResult:
+                  clearing=None, schedule: Mapping[str, float] | None = None) -> GateResult:
     """Pair two checkouts' suites round by round (`pairing`) and judge the pairs."""
     from llmbench.ab import pairing
 
     paired = pairing.run_paired(
         baseline, candidate, pytest_args=pytest_args, workdir=workdir, design=design,
         budget_s=budget_s, log=log, on_interrupt=on_interrupt, focus=focus,
-        disturbed_share=disturbed_share, clearing=clearing,
+        disturbed_share=disturbed_share, clearing=clearing, schedule=schedule,
         threshold_of=lambda nodeid, group, device: live_threshold(options, nodeid, group,
                                                                   device))
     # A benchmark with no timed pair (the budget was spent before its turn, or before its

@@ -7,10 +7,11 @@ run by itself. When the two runs measured different code and the baseline's comm
 this repository, the suite's gate re-measures the slower benchmarks as `llmbench ab` does:
 the baseline's commit in a temporary worktree against the working tree, one round each in
 turn, judged sequentially within `--confirm-budget` (wall time, both sides' start included),
-the stored regressions first (`confirm_plan`), and further passes over those left out while
-the budget lasts. Each pass focuses (`ab.focus`): one decided regression fails the run, so a
-benchmark whose pairs already point at a regression may take the rest of the budget rather
-than its equal share, with which a slowdown just past the threshold is often left undecided.
+every candidate in one A/B, the stored regressions first, then the cheapest to decide, each
+with the time of its first deciding look reserved (`confirm_plan`, `ab.shares`). It
+focuses (`ab.focus`): one decided regression fails the run, so a benchmark whose pairs
+already point at a regression may take the rest of the budget rather than its share, with
+which a slowdown just past the threshold is often left undecided.
 The A/B's verdicts replace the stored ones (`gate.stored.settle`). A slower benchmark the
 A/B did not decide, whether the budget left it out or the pairs could not settle it, is "not
 confirmed" (exit 6): neither a pass nor a regression. Where no A/B can reproduce the two
@@ -32,7 +33,7 @@ from llmbench import runs
 from llmbench.bench import confirm_plan
 from llmbench.errors import UserError
 from llmbench.gate import GateResult, stored, summary_line
-from llmbench.gate.stats import Comparison, Verdict
+from llmbench.gate.stats import Verdict
 
 
 def to_confirm(result: GateResult) -> list[str]:
@@ -106,77 +107,48 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     commit = result.baseline.commit_info["id"]
     slower = [c for c in result.comparisons if c.name in keys]
     chosen = confirm_plan.plan(slower, result.baseline, result.candidate, budget_s)
+    schedule = confirm_plan.schedule(chosen)
+    _say(log, chosen, len(keys), len(schedule), commit, budget_s)
+    # A regression is named: each candidate is tested at alpha / M, M counting every slower
+    # benchmark (Bonferroni, as the plan assumed when it costed them; the A/B splits its
+    # alpha over those it is given). Clearing is one claim about them all (none is past the
+    # threshold), tested at the unsplit alpha (`sequential`, Clearing).
+    options = dataclasses.replace(result.options, normalize=False,
+                                  alpha=result.options.alpha * len(schedule) / len(keys))
     started = time.monotonic()
-    judged: dict[str, Comparison] = {}
-    tested: list[str] = []
-    summaries: list[str] = []
-    alphas: list[float] = []
-    failed: dict = {}
-    while True:
-        _say_pass(log, chosen, len(keys), commit, budget_s - (time.monotonic() - started),
-                  first=not tested)
-        # A regression is named: each pass tests its share of the candidates at its share
-        # of alpha, so every pass together holds the family's error rate (Bonferroni over
-        # all the candidates, as the plan assumed when it costed them). Clearing is one
-        # claim about them all (none is past the threshold), tested at the unsplit alpha
-        # (`sequential`, Clearing).
-        options = dataclasses.replace(result.options, normalize=False,
-                                      alpha=result.options.alpha * len(chosen.chosen)
-                                      / len(keys))
-        alphas.append(options.alpha)
-        try:
-            paired = run_ab(commit, budget_s=budget_s - (time.monotonic() - started),
-                            pytest_args=[*pytest_args, *chosen.chosen], options=options,
-                            repo=repo, candidate_args=injected_args(result.candidate), log=log,
-                            focus=True, disturbed_share=disturbed_share,
-                            clearing_alpha=result.options.alpha)
-        except UserError as exc:
-            if not tested:
-                return _not_run(result, f"the paired A/B failed: {exc}", keys)
-            # A later pass that fails leaves what the earlier ones decided; its candidates
-            # stay not confirmed, and say why.
-            if log is not None:
-                print(f"llmbench: the further A/B failed ({exc}); its benchmarks stay not "
-                      "confirmed", file=log, flush=True)
-            failed = {"why": str(exc), "benchmarks": list(chosen.chosen)}
-            left = list(chosen.left)
-            break
-        judged.update((c.name, c) for c in paired.comparisons)
-        tested += chosen.chosen
-        summaries.append(summary_line(paired))
-        left = list(chosen.left)
-        again = confirm_plan.another_pass(
-            [c for c in slower if c.name in left], result.baseline, result.candidate,
-            budget_s - (time.monotonic() - started), family=len(keys)) if left else None
-        if again is None:
-            break
-        chosen = again
+    try:
+        paired = run_ab(commit, budget_s=budget_s, pytest_args=[*pytest_args, *schedule],
+                        options=options, repo=repo,
+                        candidate_args=injected_args(result.candidate), log=log, focus=True,
+                        disturbed_share=disturbed_share, clearing_alpha=result.options.alpha,
+                        schedule=schedule)
+    except UserError as exc:
+        return _not_run(result, f"the paired A/B failed: {exc}", keys)
+    # Those it reached after the deadline, or whose first look no longer fitted, have no
+    # pair: the budget left them out.
+    judged = {c.name: c for c in paired.comparisons if c.n_pairs}
+    left = [name for name in keys if name not in judged]
     confirmation = {"status": "ran", "against": commit,
                     "baseline": stored.run_stamp(result.baseline),
-                    "benchmarks": tested, "left": left, "passes": len(summaries),
-                    "alphas": alphas, "seconds": round(time.monotonic() - started, 1),
-                    "summary": " | ".join(summaries),
+                    "benchmarks": list(judged), "left": left, "alpha": options.alpha,
+                    "seconds": round(time.monotonic() - started, 1),
+                    "summary": summary_line(paired),
                     "comparisons": [stored.comparison_json(c) for c in judged.values()]}
-    if failed:
-        confirmation["failed"] = failed
     comparisons = _left_out(stored.settle(result.comparisons, judged), left, commit)
     return dataclasses.replace(
         result, comparisons=stored.apply_recorded(comparisons, confirmation, settled=True),
         confirmation=confirmation)
 
 
-def _say_pass(log: TextIO | None, chosen: confirm_plan.Plan, candidates: int, commit: str,
-              budget_s: float, first: bool) -> None:
+def _say(log: TextIO | None, chosen: confirm_plan.Plan, candidates: int, scheduled: int,
+         commit: str, budget_s: float) -> None:
     if log is None:
         return
-    left = (f"; {len(chosen.left)} more not confirmed unless time is left over for them"
-            if chosen.left else "")
     # A line of its own: pytest's progress line may not have ended yet.
-    print(f"\nllmbench: confirming {len(chosen.chosen)} of {candidates} slower "
-          f"benchmark(s), stored regressions first, then cheapest to decide, by a paired "
-          f"A/B against {commit[:8]}, within {budget_s:.0f} s{left}" if first else
-          f"\nllmbench: {budget_s:.0f} s of the budget left: a further paired A/B of "
-          f"{len(chosen.chosen)} benchmark(s) it left out{left}", file=log, flush=True)
+    print(f"\nllmbench: confirming {scheduled} of {candidates} slower benchmark(s) by a "
+          f"paired A/B against {commit[:8]} within {budget_s:.0f} s, stored regressions "
+          f"first, then cheapest to decide; the budget is expected to decide "
+          f"{len(chosen.chosen)}, the rest while time is left", file=log, flush=True)
 
 
 def _left_out(comparisons, left: Sequence[str], commit: str):

@@ -13,10 +13,12 @@ threshold and its rounds' spread, as a power calculation at the family's per-loo
 candidate within that noise is expected to be the machine's drift, which pairs remove: its
 pairs are those of the first look that can clear it (the interval's upper bound below
 1 + threshold at the unsplit level, `sequential`, Clearing). Stored regressions go
-first, since only a confirmation lets them fail the run. The others wait:
-when a pass ends with budget to spare, `another_pass` plans one over them; those no pass
-reaches stay "not confirmed", and the line says which were left out and how to decide them. One
-confirmed regression already fails the run; the rest only name more.
+first, since only a confirmation lets them fail the run. All of them then run in one A/B,
+in this order, on a schedule that reserves each one's first look (`ab.shares`): the plan's
+costs come from the stored runs, which quiet pairs often beat, so the candidates it expects
+the budget to leave out are paired too while time is left for them. Those the A/B does not
+reach stay "not confirmed", and the line says which and how to decide them. One confirmed
+regression already fails the run; the rest only name more.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class Estimate:
 @dataclass(frozen=True)
 class Plan:
     chosen: tuple[str, ...]  # to re-measure, cheapest to decide first
-    left: tuple[str, ...]  # not within the budget: for a later pass, or "not confirmed"
+    left: tuple[str, ...]  # not expected to fit: paired after the chosen while time is left
     estimates: dict[str, Estimate]
     start_s: float
 
@@ -143,18 +145,14 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
     return Plan(tuple(chosen), tuple(left), estimates, start)
 
 
-def another_pass(left: Sequence[Comparison], baseline: runs.Run, candidate: runs.Run,
-                 budget_s: float, family: int, design: Design | None = None) -> Plan | None:
-    """The plan of a further A/B over the candidates an earlier pass left out, with the
-    budget that pass left unspent; None when it would not reach the first look that can
-    decide the first of them it takes (clear it, or confirm a stored regression). The
-    plan's costs come from the stored runs' spread, which a quiet pair beats (pairs share
-    their moment on the machine), so a pass often ends early: what it leaves is worth
-    spending before a candidate is called not confirmed."""
-    design = design or Design()
-    again = plan(left, baseline, candidate, budget_s, design, family)
-    if not again.chosen or again.chosen[0] not in again.estimates:
-        return None
-    first = again.estimates[again.chosen[0]]
-    to_first_look = first.seconds - (first.pairs - first.first_look) * first.pair_s
-    return again if again.start_s + to_first_look <= budget_s else None
+def first_look_s(estimate: Estimate) -> float:
+    """What a candidate is expected to cost to its first deciding look: the time a schedule
+    reserves for it."""
+    return estimate.seconds - (estimate.pairs - estimate.first_look) * estimate.pair_s
+
+
+def schedule(chosen: Plan) -> dict[str, float]:
+    """Every candidate the plan costed, in its order (those it expects to fit first), with
+    the time its first deciding look is expected to take (`ab.shares`)."""
+    return {name: first_look_s(chosen.estimates[name]) for name in (*chosen.chosen, *chosen.left)
+            if name in chosen.estimates}

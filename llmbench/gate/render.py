@@ -202,17 +202,12 @@ def code_lines(result: GateResult) -> list[str]:
         left = conf.get("left") or ()
         lines.append(f"confirmed by a paired A/B against {conf.get('against', '')[:8]}: "
                      f"{len(conf.get('benchmarks', ()))} benchmarks in "
-                     f"{conf.get('seconds', 0):.0f} s"
-                     + (f" ({passes} passes)" if (passes := conf.get("passes", 1)) > 1
-                        else "") + "; their verdicts are the A/B's"
+                     f"{conf.get('seconds', 0):.0f} s; their verdicts are the A/B's"
                      + (f"; {cleared} cleared (their pairs rule out a regression at alpha "
                         f"{result.options.alpha:g}, one test that none is past the "
                         "threshold)" if (cleared := _cleared(conf)) else "")
-                     + (f"; {len(left)} more slower benchmark(s) its budget would not "
-                        "decide are not confirmed" if left else "")
-                     + (f"; a further A/B of {len(failed.get('benchmarks') or ())} failed "
-                        f"({failed.get('why')}): not confirmed"
-                        if (failed := conf.get("failed")) else ""))
+                     + (f"; {len(left)} more slower benchmark(s) its budget did not "
+                        "reach are not confirmed" if left else ""))
     elif conf is not None:
         lines.append(f"not confirmed by a paired A/B: {conf.get('why')}")
     return lines

@@ -1,0 +1,49 @@
+"""What a benchmark of a paired A/B may take of the budget when its turn comes.
+
+A plain `llmbench ab` knows nothing about its benchmarks before it pairs them, so each gets
+an equal share of what is left when it starts: one that cannot be decided does not starve
+the rest. A confirmation knows more. Its plan (`llmbench.bench.confirm_plan`) puts the
+candidates in order (stored regressions first, then the cheapest to decide) and costs each
+to the first look that can decide it. It runs them all in one A/B, in that order, on a
+schedule: when a benchmark's turn comes, what the first looks of the later ones cost is
+reserved for them, as far as what is left holds them, and the benchmark may take the rest.
+One that decides early leaves its unspent time to the next; one whose own first look no
+longer fits is skipped, as any benchmark reached after the deadline is. Starting both sides
+once for every candidate, rather than once for each pass over those an earlier A/B left
+out, leaves that start-up time to pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+def equal_share(left_s: float, remaining: int) -> float:
+    """A benchmark's equal share of the `left_s` seconds with `remaining` benchmarks (itself
+    included) still to pair."""
+    return max(0.0, left_s) / max(1, remaining)
+
+
+def scheduled(common: Sequence[str], schedule: Mapping[str, float]) -> list[str]:
+    """The benchmarks both sides share, in the schedule's order; any it does not name keep
+    their order after it."""
+    rank = {name: i for i, name in enumerate(schedule)}
+    return sorted(common, key=lambda name: rank.get(name, len(rank)))
+
+
+def reserved_share(nodeid: str, left_s: float, schedule: Mapping[str, float]) -> float | None:
+    """What `nodeid` may take of the `left_s` seconds on `schedule` (benchmark -> seconds to
+    its first deciding look, in the order they run): all of it, less what is reserved for
+    the later benchmarks that fit beside its own reservation. None when its own does not
+    fit."""
+    own = schedule.get(nodeid, 0.0)
+    if own > left_s:
+        return None
+    names = list(schedule)
+    later_names = names[names.index(nodeid) + 1:] if nodeid in schedule else []
+    reserved = 0.0
+    for name in later_names:
+        # One that does not fit is skipped at its turn; a cheaper one after it may fit.
+        if own + reserved + schedule[name] <= left_s:
+            reserved += schedule[name]
+    return left_s - reserved
