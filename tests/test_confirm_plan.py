@@ -91,17 +91,25 @@ def test_compiling_counts_on_both_sides():
     assert compiled.chosen[0] == CHEAP
 
 
+# The stored runs leave prefill inconclusive: the confirmation pairs them after the slower.
+PREFILL = ["benchmarks/test_prefill_decode.py::test_prefill[in=32]",
+           "benchmarks/test_prefill_decode.py::test_prefill[in=128]"]
+
+
 def _fake_ab(monkeypatch, base, cand, calls, reach=None):
-    """Stands for `run_ab`: the first `reach` benchmarks of its schedule (all: None) paired
-    and confirmed, the rest not reached, as the coordinator leaves them (`test_shares`)."""
+    """Stands for `run_ab`: the first `reach` benchmarks of its schedule paired and
+    confirmed, the rest not reached, as the coordinator leaves them (`test_shares`); with
+    `reach` None, every one paired, those it pairs after the schedule unchanged."""
     def fake_ab(rev, **kw):
         calls.append(kw)
-        names = list(kw["schedule"])
-        reached = names[:reach]
+        names = [a for a in kw["pytest_args"] if "::" in a]
+        reached = list(kw["schedule"])[:reach]
         stored_result = gate.compare_runs(base, cand)
         return dataclasses.replace(stored_result, code=None, comparisons=tuple(
             dataclasses.replace(c, verdict=Verdict.REGRESSION, n_pairs=18, reason="paired")
             if c.name in reached else
+            dataclasses.replace(c, verdict=Verdict.UNCHANGED, n_pairs=8, reason="paired")
+            if reach is None else
             dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, reason="unpaired")
             for c in stored_result.comparisons if c.name in names))
 
@@ -122,15 +130,17 @@ def test_every_candidate_goes_to_one_ab_in_the_plans_order_with_its_first_look_r
     confirmed = confirm.confirm(gate.compare_runs(base, cand), pytest_args=["--model=tiny"],
                                 budget_s=budget)
     [kw] = calls
-    assert [a for a in kw["pytest_args"] if "::" in a] == [cheap.name, dear.name]
+    nodes = [a for a in kw["pytest_args"] if "::" in a]
+    assert nodes[:2] == [cheap.name, dear.name] and sorted(nodes[2:]) == sorted(PREFILL)
     assert kw["schedule"] == {e.name: pytest.approx(confirm_plan.first_look_s(e))
                               for e in (cheap, dear)}
     assert kw["budget_s"] == budget and kw["clearing_alpha"] == gate.GateOptions().alpha
-    assert kw["options"].alpha == pytest.approx(gate.GateOptions().alpha)  # 2 of 2
-    assert {c.name: c.verdict for c in confirmed.comparisons if c.name in (CHEAP, DEAR)} == {
-        CHEAP: Verdict.REGRESSION, DEAR: Verdict.REGRESSION}
+    assert kw["options"].alpha == pytest.approx(gate.GateOptions().alpha)  # 4 of 4
+    assert {c.name: c.verdict for c in confirmed.comparisons} == {
+        CHEAP: Verdict.REGRESSION, DEAR: Verdict.REGRESSION,
+        **{name: Verdict.UNCHANGED for name in PREFILL}}
     assert confirmed.confirmation["left"] == []
-    assert "confirmed by a paired A/B against aaaaaaaa: 2 benchmarks in" in gate.render_text(
+    assert "confirmed by a paired A/B against aaaaaaaa: 4 benchmarks in" in gate.render_text(
         confirmed)
     again = stored.apply_recorded(gate.compare_runs(base, cand).comparisons,
                                   confirmed.confirmation)
@@ -197,9 +207,13 @@ def test_the_confirmation_names_the_candidates_its_ab_did_not_reach(monkeypatch)
     assert verdicts[first].verdict is Verdict.REGRESSION
     assert verdicts[other].verdict is Verdict.NOT_CONFIRMED
     assert "not re-measured: the confirmation's budget went to" in verdicts[other].reason
-    assert confirmed.confirmation["left"] == [other]
+    assert confirmed.confirmation["left"] == [other, *PREFILL]
     assert confirmed.confirmation["benchmarks"] == [first]
-    assert ("1 more slower benchmark(s) its budget did not reach are not confirmed"
+    assert all(verdicts[name].verdict is Verdict.INCONCLUSIVE for name in PREFILL)
+    assert "the confirmation's budget went to the slower benchmarks first" in verdicts[
+        PREFILL[0]].reason
+    assert ("1 more slower benchmark(s) its budget did not reach are not confirmed; 2 the "
+            "stored runs could not decide were not reached and stay inconclusive"
             in gate.render_text(confirmed))
     assert confirmed.exit_code == 1  # one confirmed regression fails the run
 
@@ -215,7 +229,8 @@ def test_a_stored_regression_the_budget_left_out_is_not_confirmed_here_and_in_co
         dataclasses.replace(c, verdict=Verdict.REGRESSION) if c.name in (CHEAP, DEAR) else c
         for c in plain.comparisons))
     confirmed = confirm.confirm(result, pytest_args=[], budget_s=1)
-    [left] = confirmed.confirmation["left"]
+    left, *undecided = confirmed.confirmation["left"]
+    assert undecided == PREFILL
     verdicts = {c.name: c for c in confirmed.comparisons}
     assert verdicts[left].verdict is Verdict.NOT_CONFIRMED
     assert "the confirmation's budget left it out" in verdicts[left].reason

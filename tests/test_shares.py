@@ -85,3 +85,18 @@ def test_the_first_candidate_is_tried_even_when_the_budget_cannot_hold_its_first
     records = scripted.judge()
     assert records["dear"].stopped == "budget"
     assert scripted.workers["candidate"].timed["dear"]
+
+
+def test_benchmarks_the_schedule_does_not_name_share_what_it_leaves_equally():
+    schedule = {"a": 8.0, "b": 10.0}
+    assert shares.share_at_turn("open", 90.0, 3, schedule) == pytest.approx(30.0)
+    assert shares.share_at_turn("a", 100.0, 4, schedule) == pytest.approx(90.0)  # none for them
+
+
+def test_the_undecided_are_paired_after_the_schedule_and_decided_on_what_it_leaves(clock):
+    ratios = {"open_0": 1.0, "cheap_0": 1.0, "open_1": 1.0, "cheap_1": 1.0}
+    scripted = Quiet(clock, ratios, 60, focused=True, clearing=DESIGN,
+                     schedule={"cheap_1": 8.0, "cheap_0": 8.0})
+    records = scripted.judge()
+    assert list(records) == ["cheap_1", "cheap_0", "open_0", "open_1"]
+    assert all(r.stopped in DECIDED for r in records.values())

@@ -10,6 +10,7 @@ tests/test_confirm_real.py) settles what the stored runs could not.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 
@@ -265,7 +266,8 @@ def test_the_same_rules_reach_json_and_markdown():
 
 class FakeAB:
     """Stands for `llmbench.ab.run_ab`: records its call, returns paired verdicts (with
-    `ci`, that interval)."""
+    `ci`, that interval) for the scheduled (slower) benchmarks (no schedule: for all), and
+    "unchanged" for those it pairs after them, which the stored runs could not decide."""
 
     def __init__(self, verdict: Verdict | None = None, error: str | None = None,
                  ci: tuple[float, float] = (1.2, 1.6)):
@@ -276,11 +278,13 @@ class FakeAB:
         if self.error:
             raise UserError(self.error)
         stored = gate.compare_runs(_run(1), _run(2, B, factors={"decode": 1.4}))
-        import dataclasses
-
         keys = [k for k in kw["pytest_args"] if "::" in k]
+        scheduled = kw.get("schedule") or keys
         paired = tuple(dataclasses.replace(c, verdict=self.verdict, reason="paired", n_pairs=20,
                                            ci_low=self.ci[0], ci_high=self.ci[1])
+                       if c.name in scheduled else
+                       dataclasses.replace(c, verdict=Verdict.UNCHANGED, reason="paired",
+                                           n_pairs=20, ci_low=0.95, ci_high=1.05)
                        for c in stored.comparisons if c.name in keys)
         return dataclasses.replace(stored, comparisons=paired, code=None)
 
@@ -298,20 +302,33 @@ def _stored_slowdown():
     return gate.compare_runs(_run(1), _run(2, B, factors={"decode": 1.4}))
 
 
-def test_a_confirmed_slowdown_is_a_regression_judged_on_exactly_the_slower_benchmarks(fake_ab):
+PREFILL = {"benchmarks/test_prefill_decode.py::test_prefill[in=32]",
+           "benchmarks/test_prefill_decode.py::test_prefill[in=128]"}
+
+
+def test_a_confirmed_slowdown_is_a_regression_the_slower_benchmarks_scheduled_first(fake_ab):
+    """The slower benchmarks have the schedule (and its reservations); the ones the stored
+    runs could not decide (prefill, inconclusive) are paired after them."""
+    stored = _stored_slowdown()
+    assert {c.name for c in stored.comparisons if c.verdict is Verdict.INCONCLUSIVE} == PREFILL
     fake = fake_ab(verdict=Verdict.REGRESSION)
-    result = confirm.confirm(_stored_slowdown(), pytest_args=["--model=tiny"], budget_s=120)
+    result = confirm.confirm(stored, pytest_args=["--model=tiny"], budget_s=120)
     (rev, kw), = fake.calls
     assert rev == A and kw["budget_s"] == pytest.approx(120, abs=1)
-    assert sorted(a for a in kw["pytest_args"] if "::" in a) == sorted(DECODE)
+    assert set(kw["schedule"]) == DECODE
+    assert [a for a in kw["pytest_args"] if "::" in a][:2] == list(kw["schedule"])
+    assert {a for a in kw["pytest_args"] if "::" in a} == DECODE | PREFILL
     assert kw["pytest_args"][0] == "--model=tiny"
-    assert {k for k, v in _verdicts(result).items() if v is Verdict.REGRESSION} == DECODE
+    verdicts = _verdicts(result)
+    assert {k for k, v in verdicts.items() if v is Verdict.REGRESSION} == DECODE
+    assert {k for k, v in verdicts.items() if v is Verdict.UNCHANGED} == PREFILL
     assert result.exit_code == EXIT_REGRESSION
     assert result.confirmation["status"] == "ran"
+    assert result.confirmation["undecided"] == sorted(PREFILL, key=list(verdicts).index)
     text = gate.render_text(result)
-    assert "confirmed by a paired A/B against aaaaaaaa: 2 benchmarks" in text
+    assert "confirmed by a paired A/B against aaaaaaaa: 4 benchmarks" in text
     # The header names how the settled rows were judged, and the rounds' CI is not theirs.
-    assert ("2 benchmark(s) settled on pairs of rounds taken in turn (20-20 pairs a benchmark)"
+    assert ("4 benchmark(s) settled on pairs of rounds taken in turn (20-20 pairs a benchmark)"
             ": signed-rank test on log-ratios, with the A/B's own intervals") in text
     assert "CI 90.0% (the settled rows: the A/B's)" in text
     assert not any(line.rstrip().endswith(",") for line in text.splitlines())
@@ -407,12 +424,39 @@ def test_a_failing_ab_is_one_line_and_leaves_the_verdicts_not_confirmed(fake_ab)
     assert result.confirmation["why"] == "the paired A/B failed: unknown revision 'aaaaaaaa'"
 
 
-def test_nothing_slower_or_the_same_code_runs_no_ab(fake_ab):
+def test_the_same_code_or_nothing_undecided_runs_no_ab(fake_ab):
     fake = fake_ab(verdict=Verdict.REGRESSION)
-    confirm.confirm(gate.compare_runs(_run(1), _run(2, B)), pytest_args=[], budget_s=60)
     confirm.confirm(gate.compare_runs(_run(1), _run(2, factors={"decode": 2})), pytest_args=[],
                     budget_s=60)
+    decided = gate.compare_runs(_run(1), _run(2, B))
+    decided = dataclasses.replace(decided, comparisons=tuple(
+        dataclasses.replace(c, verdict=Verdict.UNCHANGED) for c in decided.comparisons))
+    assert confirm.confirm(decided, pytest_args=[], budget_s=60) is decided
     assert fake.calls == []
+
+
+def test_with_nothing_slower_the_budget_goes_to_what_the_stored_runs_left_undecided(fake_ab):
+    """Drift hides a slowdown as readily as it fakes one: every inconclusive benchmark is
+    paired, and one the A/B finds slower fails the run; --no-confirm, or an A/B that cannot
+    run, leaves them as they were with no line about it."""
+    stored = gate.compare_runs(_run(1), _run(2, B))
+    undecided = {c.name for c in stored.comparisons if c.verdict is Verdict.INCONCLUSIVE}
+    assert undecided and not confirm.to_confirm(stored)
+    fake = fake_ab(verdict=Verdict.REGRESSION)
+    log = io.StringIO()
+    result = confirm.confirm(stored, pytest_args=[], budget_s=60, log=log)
+    (rev, kw), = fake.calls
+    assert kw["schedule"] == {}
+    assert (f"llmbench: confirming {len(undecided)} the stored runs could not decide, on what "
+            "is left, by a paired A/B against aaaaaaaa within 60 s") in log.getvalue()
+    assert {a for a in kw["pytest_args"] if "::" in a} == undecided
+    # Slower in the pairs, where the stored runs saw nothing: a regression, confirmed.
+    assert {c.verdict for c in result.comparisons} == {Verdict.REGRESSION}
+    assert result.exit_code == EXIT_REGRESSION
+    assert confirm.confirm(stored, pytest_args=[], budget_s=None) is stored
+    gone = gate.compare_runs(_run(1, None), _run(2, B))
+    assert confirm.confirm(gone, pytest_args=[], budget_s=60) is gone
+    assert len(fake.calls) == 1
 
 
 def test_an_injected_slowdown_is_injected_on_the_candidate_side_of_the_ab(fake_ab):

@@ -374,7 +374,7 @@ class Coordinator:
         left_s = self.deadline - now
         if self.schedule is None:
             return shares.equal_share(left_s, remaining)
-        share = shares.reserved_share(nodeid, left_s, self.schedule)
+        share = shares.share_at_turn(nodeid, left_s, remaining, self.schedule)
         tried = any(r.stopped != "not reached" for r in self.records.values()
                     if r.name != nodeid)
         return share if share is not None or tried else max(0.0, left_s)

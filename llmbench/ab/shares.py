@@ -10,7 +10,9 @@ reserved for them, as far as what is left holds them, and the benchmark may take
 One that decides early leaves its unspent time to the next; one whose own first look no
 longer fits is skipped, as any benchmark reached after the deadline is. Starting both sides
 once for every candidate, rather than once for each pass over those an earlier A/B left
-out, leaves that start-up time to pairs.
+out, leaves that start-up time to pairs. Benchmarks the schedule does not name (a
+confirmation's candidates that the stored runs could not decide either way) follow it with
+nothing reserved for them: each takes an equal share of what the scheduled ones left.
 """
 
 from __future__ import annotations
@@ -29,6 +31,16 @@ def scheduled(common: Sequence[str], schedule: Mapping[str, float]) -> list[str]
     their order after it."""
     rank = {name: i for i, name in enumerate(schedule)}
     return sorted(common, key=lambda name: rank.get(name, len(rank)))
+
+
+def share_at_turn(nodeid: str, left_s: float, remaining: int,
+                  schedule: Mapping[str, float]) -> float | None:
+    """What `nodeid` may take of the `left_s` seconds when its turn comes on `schedule`, with
+    `remaining` benchmarks (itself included) still to pair: a scheduled one its reserved
+    share (None: skip it), one the schedule does not name an equal share."""
+    if nodeid not in schedule:
+        return equal_share(left_s, remaining)
+    return reserved_share(nodeid, left_s, schedule)
 
 
 def reserved_share(nodeid: str, left_s: float, schedule: Mapping[str, float]) -> float | None:

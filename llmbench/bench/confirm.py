@@ -11,7 +11,9 @@ every candidate in one A/B, the stored regressions first, then the cheapest to d
 with the time of its first deciding look reserved (`confirm_plan`, `ab.shares`). It
 focuses (`ab.focus`): one decided regression fails the run, so a benchmark whose pairs
 already point at a regression may take the rest of the budget rather than its share, with
-which a slowdown just past the threshold is often left undecided.
+which a slowdown just past the threshold is often left undecided. What the budget leaves
+after the slower benchmarks goes to those the stored runs could not decide either way
+(`undecided`): the drift between runs hides a slowdown as readily as it fakes one.
 The A/B's verdicts replace the stored ones (`gate.stored.settle`). A slower benchmark the
 A/B did not decide, whether the budget left it out or the pairs could not settle it, is "not
 confirmed" (exit 6): neither a pass nor a regression. Where no A/B can reproduce the two
@@ -43,6 +45,15 @@ def to_confirm(result: GateResult) -> list[str]:
         return []
     return [c.name for c in result.comparisons
             if c.verdict in (Verdict.REGRESSION, Verdict.NOT_CONFIRMED)]
+
+
+def undecided(result: GateResult) -> list[str]:
+    """The benchmarks the stored runs could not decide (inconclusive): the drift between two
+    runs hides a slowdown as readily as it fakes one, so what the confirmation's budget leaves
+    after the slower benchmarks goes to these. One it does not reach stays inconclusive."""
+    if result.code is None or result.same_code:
+        return []
+    return [c.name for c in result.comparisons if c.verdict is Verdict.INCONCLUSIVE]
 
 
 def why_not(result: GateResult) -> str | None:
@@ -95,29 +106,35 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
             disturbed_share: float | None = None) -> GateResult:
     """`result` with its slower benchmarks settled by a paired A/B against the baseline's
     commit (`budget_s` None: --no-confirm), or with why none ran."""
-    keys = to_confirm(result)
+    slower_keys = to_confirm(result)
+    if slower_keys and budget_s is None:
+        return _not_run(result, stored.NO_CONFIRM, slower_keys)
+    if slower_keys and (why := why_not(result)) is not None:
+        return _not_run(result, why, slower_keys)
+    # With nothing slower, no line of the output calls for an A/B that cannot run.
+    open_keys = (undecided(result) if budget_s is not None and why_not(result) is None
+                 else [])
+    keys = [*slower_keys, *open_keys]
     if not keys:
         return result
-    if budget_s is None:
-        return _not_run(result, stored.NO_CONFIRM, keys)
-    if (why := why_not(result)) is not None:
-        return _not_run(result, why, keys)
     from llmbench.ab import run_ab  # git worktrees and worker processes: only now
 
     commit = result.baseline.commit_info["id"]
-    slower = [c for c in result.comparisons if c.name in keys]
-    chosen = confirm_plan.plan(slower, result.baseline, result.candidate, budget_s)
+    candidates = [c for c in result.comparisons if c.name in keys]
+    chosen = confirm_plan.plan(candidates, result.baseline, result.candidate, budget_s)
     schedule = confirm_plan.schedule(chosen)
-    _say(log, chosen, len(keys), len(schedule), commit, budget_s)
-    # A regression is named: each candidate is tested at alpha / M, M counting every slower
-    # benchmark (Bonferroni, as the plan assumed when it costed them; the A/B splits its
+    then = confirm_plan.then(chosen)
+    _say(log, chosen, len(slower_keys), len(schedule), len(then), commit, budget_s)
+    # A regression is named: each candidate is tested at alpha / M, M counting every
+    # candidate (Bonferroni, as the plan assumed when it costed them; the A/B splits its
     # alpha over those it is given). Clearing is one claim about them all (none is past the
     # threshold), tested at the unsplit alpha (`sequential`, Clearing).
+    tested = [*schedule, *then]
     options = dataclasses.replace(result.options, normalize=False,
-                                  alpha=result.options.alpha * len(schedule) / len(keys))
+                                  alpha=result.options.alpha * len(tested) / len(keys))
     started = time.monotonic()
     try:
-        paired = run_ab(commit, budget_s=budget_s, pytest_args=[*pytest_args, *schedule],
+        paired = run_ab(commit, budget_s=budget_s, pytest_args=[*pytest_args, *tested],
                         options=options, repo=repo,
                         candidate_args=injected_args(result.candidate), log=log, focus=True,
                         disturbed_share=disturbed_share, clearing_alpha=result.options.alpha,
@@ -130,7 +147,8 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     left = [name for name in keys if name not in judged]
     confirmation = {"status": "ran", "against": commit,
                     "baseline": stored.run_stamp(result.baseline),
-                    "benchmarks": list(judged), "left": left, "alpha": options.alpha,
+                    "benchmarks": list(judged), "left": left, "undecided": open_keys,
+                    "alpha": options.alpha,
                     "seconds": round(time.monotonic() - started, 1),
                     "summary": summary_line(paired),
                     "comparisons": [stored.comparison_json(c) for c in judged.values()]}
@@ -140,15 +158,19 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
         confirmation=confirmation)
 
 
-def _say(log: TextIO | None, chosen: confirm_plan.Plan, candidates: int, scheduled: int,
-         commit: str, budget_s: float) -> None:
+def _say(log: TextIO | None, chosen: confirm_plan.Plan, slower: int, scheduled: int,
+         undecided: int, commit: str, budget_s: float) -> None:
     if log is None:
         return
+    what = (f"{scheduled} of {slower} slower benchmark(s), stored regressions first, then "
+            "cheapest to decide" if slower else "")
+    if undecided:
+        what += (f"{', then ' if slower else ''}{undecided} the stored runs could not "
+                 "decide, on what is left")
     # A line of its own: pytest's progress line may not have ended yet.
-    print(f"\nllmbench: confirming {scheduled} of {candidates} slower benchmark(s) by a "
-          f"paired A/B against {commit[:8]} within {budget_s:.0f} s, stored regressions "
-          f"first, then cheapest to decide; the budget is expected to decide "
-          f"{len(chosen.chosen)}, the rest while time is left", file=log, flush=True)
+    print(f"\nllmbench: confirming {what}, by a paired A/B against {commit[:8]} within "
+          f"{budget_s:.0f} s; the budget is expected to decide {len(chosen.chosen)}, the "
+          "rest while time is left", file=log, flush=True)
 
 
 def _left_out(comparisons, left: Sequence[str], commit: str):
@@ -157,9 +179,11 @@ def _left_out(comparisons, left: Sequence[str], commit: str):
     out = []
     for c in comparisons:
         if c.name in left:
+            went = ("the slower benchmarks first" if c.verdict is Verdict.INCONCLUSIVE else
+                    "stored regressions first, then to the slower benchmarks cheapest to "
+                    "decide")
             c = dataclasses.replace(c, reason=(
-                f"{c.reason}; not re-measured: the confirmation's budget went to stored "
-                f"regressions first, then to the slower benchmarks cheapest to decide "
+                f"{c.reason}; not re-measured: the confirmation's budget went to {went} "
                 f"(`llmbench ab {commit[:8]} -- -k ...` decides it)"))
         out.append(c)
     return tuple(out)

@@ -1,5 +1,5 @@
-"""Which slower benchmarks the confirmation's budget can decide: stored regressions first,
-then the cheapest to decide.
+"""Which candidates the confirmation's budget can decide: stored regressions first, then the
+slower benchmarks cheapest to decide, then those the stored runs could not decide at all.
 
 A paired A/B shares its budget equally among the benchmarks it is given. Handed every
 slower benchmark of a run (a slowdown in the decode loop makes a dozen of them slower), each
@@ -19,6 +19,12 @@ costs come from the stored runs, which quiet pairs often beat, so the candidates
 the budget to leave out are paired too while time is left for them. Those the A/B does not
 reach stay "not confirmed", and the line says which and how to decide them. One confirmed
 regression already fails the run; the rest only name more.
+
+The drift between two runs hides a slowdown as readily as it fakes one: a benchmark whose
+stored comparison is inconclusive may be slower by more than the threshold. What the budget
+leaves after the slower benchmarks goes to those (costed, like the slower ones within the
+noise, at the first look that can clear them), with nothing reserved for them: one it does
+not reach stays inconclusive, as the stored runs left it, and fails nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ PAIR_OVERHEAD = 1.3
 # recorded for loading and warming, and moving from one benchmark to the next.
 START_S, BETWEEN_S = 15.0, 3.0
 POWER = 0.8
+# The order the candidates take the budget in: a stored regression (only its confirmation
+# fails the run), then a slower benchmark within the noise (left undecided, it is "not
+# confirmed" and fails the run), then one the stored runs could not decide either way (left
+# undecided, it stays inconclusive, as it was).
+_RANK = {Verdict.REGRESSION: 0, Verdict.NOT_CONFIRMED: 1, Verdict.INCONCLUSIVE: 2}
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,8 @@ class Plan:
     left: tuple[str, ...]  # not expected to fit: paired after the chosen while time is left
     estimates: dict[str, Estimate]
     start_s: float
+    # Candidates the stored runs could not decide either way: paired after the slower ones.
+    undecided: frozenset[str] = frozenset()
 
 
 def _log_sd(samples: Sequence[float]) -> float:
@@ -132,8 +145,8 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
         pair_s = 2 * max(base.median_s, cand.median_s) * PAIR_OVERHEAD
         seconds = n * pair_s + 2 * _compile_s(cand) + BETWEEN_S
         estimates[c.name] = Estimate(c.name, n, seconds, pair_s, first)
-    regressions = {c.name for c in candidates if c.verdict is Verdict.REGRESSION}
-    order = sorted(estimates.values(), key=lambda e: (e.name not in regressions, e.seconds))
+    rank = {c.name: _RANK.get(c.verdict, len(_RANK)) for c in candidates}
+    order = sorted(estimates.values(), key=lambda e: (rank[e.name], e.seconds))
     chosen, left, spent = [], [], start
     for estimate in order:
         if not chosen or spent + estimate.seconds <= budget_s:
@@ -142,7 +155,8 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
         else:
             left.append(estimate.name)
     left += [c.name for c in candidates if c.name not in estimates]
-    return Plan(tuple(chosen), tuple(left), estimates, start)
+    undecided = frozenset(c.name for c in candidates if c.verdict is Verdict.INCONCLUSIVE)
+    return Plan(tuple(chosen), tuple(left), estimates, start, undecided)
 
 
 def first_look_s(estimate: Estimate) -> float:
@@ -152,7 +166,15 @@ def first_look_s(estimate: Estimate) -> float:
 
 
 def schedule(chosen: Plan) -> dict[str, float]:
-    """Every candidate the plan costed, in its order (those it expects to fit first), with
-    the time its first deciding look is expected to take (`ab.shares`)."""
+    """Every slower candidate the plan costed, in its order (those it expects to fit first),
+    with the time its first deciding look is expected to take (`ab.shares`). The undecided
+    ones are not scheduled: they follow the slower ones on what those leave (`then`)."""
     return {name: first_look_s(chosen.estimates[name]) for name in (*chosen.chosen, *chosen.left)
-            if name in chosen.estimates}
+            if name in chosen.estimates and name not in chosen.undecided}
+
+
+def then(chosen: Plan) -> list[str]:
+    """The costed candidates the stored runs could not decide: paired after the schedule, in
+    the suite's order, on equal shares of what it leaves."""
+    return [name for name in (*chosen.chosen, *chosen.left)
+            if name in chosen.estimates and name in chosen.undecided]

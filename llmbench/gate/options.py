@@ -102,9 +102,9 @@ COMPARE_TO = Flag(
 CONFIRM_BUDGET = Flag(
     "--confirm-budget", default=240.0, metavar="DURATION", type=duration,
     help="--compare-to: when the stored runs measured different code and some benchmarks are "
-         "slower, confirm them by a paired A/B against the baseline's commit within this "
-         "wall time, both sides' start included (e.g. 4m, 90s); its verdicts replace the "
-         "stored ones. Default: 4m")
+         "slower or undecided, confirm them by a paired A/B against the baseline's commit "
+         "within this wall time, both sides' start included (e.g. 4m, 90s), the slower ones "
+         "first; its verdicts replace the stored ones. Default: 4m")
 NO_CONFIRM = Flag(
     "--no-confirm", default=False, action="store_true",
     help="--compare-to: do not confirm; slower benchmarks the noise between runs cannot "

@@ -199,7 +199,9 @@ def code_lines(result: GateResult) -> list[str]:
         lines.append(line)
     conf = result.confirmation
     if conf is not None and conf.get("status") == "ran":
-        left = conf.get("left") or ()
+        undecided = set(conf.get("undecided") or ())
+        left = [name for name in conf.get("left") or () if name not in undecided]
+        unreached = len(conf.get("left") or ()) - len(left)
         lines.append(f"confirmed by a paired A/B against {conf.get('against', '')[:8]}: "
                      f"{len(conf.get('benchmarks', ()))} benchmarks in "
                      f"{conf.get('seconds', 0):.0f} s; their verdicts are the A/B's"
@@ -207,7 +209,9 @@ def code_lines(result: GateResult) -> list[str]:
                         f"{result.options.alpha:g}, one test that none is past the "
                         "threshold)" if (cleared := _cleared(conf)) else "")
                      + (f"; {len(left)} more slower benchmark(s) its budget did not "
-                        "reach are not confirmed" if left else ""))
+                        "reach are not confirmed" if left else "")
+                     + (f"; {unreached} the stored runs could not decide were not reached "
+                        "and stay inconclusive" if unreached else ""))
     elif conf is not None:
         lines.append(f"not confirmed by a paired A/B: {conf.get('why')}")
     return lines

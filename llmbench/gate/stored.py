@@ -82,18 +82,16 @@ def stored_verdicts(comparisons: Sequence[Comparison], between: Mapping[str, Bet
     return tuple(stored_verdict(c, between.get(c.name), alpha) for c in comparisons)
 
 
-def settle(comparisons: Sequence[Comparison], paired: Mapping[str, Comparison], *,
-           slower_only: bool = True) -> tuple[Comparison, ...]:
-    """The stored verdicts with each benchmark a paired A/B judged replaced by its verdict
-    (`slower_only`: only those the stored runs found slower, the ones the A/B was run for).
+def settle(comparisons: Sequence[Comparison],
+           paired: Mapping[str, Comparison]) -> tuple[Comparison, ...]:
+    """The stored verdicts with each benchmark a paired A/B judged replaced by its verdict.
     One the A/B left inconclusive is cleared when its interval still rules out a regression
     (it lies below 1 + delta), and otherwise keeps its stored verdict: nothing has cleared
     it, nor added to what the stored runs showed."""
     out = []
     for c in comparisons:
         ab = paired.get(c.name)
-        if ab is None or (slower_only and c.verdict not in (Verdict.REGRESSION,
-                                                            Verdict.NOT_CONFIRMED)):
+        if ab is None:
             out.append(c)
             continue
         if ab.verdict is Verdict.INCONCLUSIVE and ab.ci_high < 1 + ab.threshold:
@@ -178,7 +176,7 @@ def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping, *,
     # Every benchmark the A/B judged, whatever the stored verdict is now: the history (and so
     # the noise between runs) may have grown since, and the A/B's verdict is the one given.
     if not settled:
-        comparisons = settle(comparisons, {c.name: c for c in judged}, slower_only=False)
+        comparisons = settle(comparisons, {c.name: c for c in judged})
     out = unconfirmed(comparisons, left, LEFT_OUT)
     if failed_names:
         out = unconfirmed(out, failed_names, f"the further paired A/B failed: {failed.get('why')}")
