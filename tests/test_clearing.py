@@ -131,7 +131,7 @@ def test_a_cleared_candidate_carries_its_clearing_interval_and_settles_as_a_pass
         p_adjusted=0.01, threshold=THRESHOLD, verdict=Verdict.NOT_CONFIRMED,
         rounds_needed=None, reason="slower in the stored runs")
     (settled,) = stored.settle([stored_slower], {"a": judged})
-    assert settled.verdict is Verdict.INCONCLUSIVE and "not slower beyond +10%" in settled.reason
+    assert settled.verdict is Verdict.NOT_SLOWER and "not slower beyond +10%" in settled.reason
 
 
 def test_a_drift_candidate_is_costed_at_the_first_look_that_can_clear_it():

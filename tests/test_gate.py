@@ -258,7 +258,7 @@ def test_renderings_carry_the_same_verdicts():
     assert markdown.splitlines()[-1] == f"**{gate.summary_line(result)}**"
     data = json.loads(gate.render(result, "json"))
     assert data["counts"] == {"regression": 2, "improvement": 0, "unchanged": 2,
-                              "inconclusive": 0, "not confirmed": 0}
+                              "inconclusive": 0, "not confirmed": 0, "not slower": 0}
     assert data["exit_code"] == EXIT_REGRESSION
     assert [c["verdict"] for c in data["comparisons"]] == [
         "unchanged", "unchanged", "regression", "regression"]

@@ -253,7 +253,7 @@ def test_summarize_and_groups():
     assert comps[0].group == "decode" and comps[1].group is None
     assert summarize(comps) == {"regression": 1, "improvement": 0, "unchanged": 2,
                                 "inconclusive": 0,
-                                "not confirmed": 0}
+                                "not confirmed": 0, "not slower": 0}
 
 
 @settings(max_examples=60, deadline=None, database=None)

@@ -40,7 +40,8 @@ def significant_shift(result: GateResult, c: stats.Comparison) -> str | None:
     significantly (its interval excludes 1: within the threshold, or straddling it); None
     otherwise. A stored comparison says so only where the rounds and the noise between runs
     both exclude 1 the same way, and gives the interval against the noise between runs."""
-    if c.verdict not in (stats.Verdict.UNCHANGED, stats.Verdict.INCONCLUSIVE) or result.same_code:
+    if c.verdict not in (stats.Verdict.UNCHANGED, stats.Verdict.INCONCLUSIVE,
+                         stats.Verdict.NOT_SLOWER) or result.same_code:
         return None
     low, high = c.ci_low, c.ci_high
     if result.code is not None and not c.n_pairs:
@@ -292,6 +293,7 @@ def summary_line(result: GateResult) -> str:
                     f"both runs measured the same code; {_machine_words(result)}")
         return line
     not_confirmed = n[stats.Verdict.NOT_CONFIRMED.value]
+    not_slower = n[stats.Verdict.NOT_SLOWER.value]
     if n["regression"] or result.work_regressions or result.memory_regressions:
         outcome = "REGRESSION"
     elif n["inconclusive"] and result.options.fail_on_inconclusive:
@@ -303,7 +305,9 @@ def summary_line(result: GateResult) -> str:
     else:
         outcome = "PASS"
     counts = (f"{n['regression']} regression, {n['improvement']} improvement, "
-              f"{n['unchanged']} unchanged, {n['inconclusive']} inconclusive"
+              f"{n['unchanged']} unchanged"
+              + (f", {not_slower} not slower" if not_slower else "")
+              + f", {n['inconclusive']} inconclusive"
               + (f", {not_confirmed} not confirmed" if not_confirmed else "") + f" of {total}")
     line = f"{outcome}: {counts}"
     if result.work_regressions:

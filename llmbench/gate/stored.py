@@ -85,7 +85,7 @@ def stored_verdicts(comparisons: Sequence[Comparison], between: Mapping[str, Bet
 def settle(comparisons: Sequence[Comparison],
            paired: Mapping[str, Comparison]) -> tuple[Comparison, ...]:
     """The stored verdicts with each benchmark a paired A/B judged replaced by its verdict.
-    One the A/B left inconclusive is cleared when its interval still rules out a regression
+    One the A/B left inconclusive is "not slower" when its interval rules out a regression
     (it lies below 1 + delta), and otherwise keeps its stored verdict: nothing has cleared
     it, nor added to what the stored runs showed."""
     out = []
@@ -95,12 +95,13 @@ def settle(comparisons: Sequence[Comparison],
             out.append(c)
             continue
         if ab.verdict is Verdict.INCONCLUSIVE and ab.ci_high < 1 + ab.threshold:
-            # Undecided between unchanged and faster, but its interval rules out the one
-            # claim the stored runs made: slower beyond the threshold. Cleared.
+            # Undecided between unchanged and faster, but its interval rules out what the
+            # gate asks: slower beyond the threshold. Cleared: not slower.
             out.append(dataclasses.replace(
-                ab, reason=f"paired A/B: not slower beyond +{ab.threshold:.0%} (CI high "
-                           f"{ab.ci_high:.3f}); {ab.reason} (stored runs: x{c.ratio:.3f}, "
-                           f"{c.verdict})"))
+                ab, verdict=Verdict.NOT_SLOWER, rounds_needed=None,
+                reason=f"paired A/B: not slower beyond +{ab.threshold:.0%} (CI high "
+                       f"{ab.ci_high:.3f}); {ab.reason} (stored runs: x{c.ratio:.3f}, "
+                       f"{c.verdict})"))
             continue
         if ab.verdict is Verdict.INCONCLUSIVE:
             out.append(dataclasses.replace(

@@ -23,6 +23,7 @@ FILE = "verdicts.png"
 DPI = 120
 COLORS = {Verdict.REGRESSION: "tab:red", Verdict.IMPROVEMENT: "tab:green",
           Verdict.UNCHANGED: "tab:blue", Verdict.INCONCLUSIVE: "tab:gray",
+          Verdict.NOT_SLOWER: "tab:cyan",
           Verdict.NOT_CONFIRMED: "tab:orange"}
 TICKS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
 _OPEN_END = 4.0  # how far an unbounded interval is drawn, as a factor beyond the ratio
