@@ -103,7 +103,8 @@ def _fake_ab(monkeypatch, base, cand, calls, reach=None):
     def fake_ab(rev, **kw):
         calls.append(kw)
         names = [a for a in kw["pytest_args"] if "::" in a]
-        reached = list(kw["schedule"])[:reach]
+        schedule = kw["schedule"]
+        reached = [name for name in schedule if name not in schedule.unreserved][:reach]
         stored_result = gate.compare_runs(base, cand)
         return dataclasses.replace(stored_result, code=None, comparisons=tuple(
             dataclasses.replace(c, verdict=Verdict.REGRESSION, n_pairs=18, reason="paired")
@@ -132,8 +133,10 @@ def test_every_candidate_goes_to_one_ab_in_the_plans_order_with_its_first_look_r
     [kw] = calls
     nodes = [a for a in kw["pytest_args"] if "::" in a]
     assert nodes[:2] == [cheap.name, dear.name] and sorted(nodes[2:]) == sorted(PREFILL)
-    assert kw["schedule"] == {e.name: pytest.approx(confirm_plan.first_look_s(e))
-                              for e in (cheap, dear)}
+    schedule = kw["schedule"]
+    assert schedule.unreserved == set(PREFILL)
+    assert {k: v for k, v in schedule.items() if k not in schedule.unreserved} == {
+        e.name: pytest.approx(confirm_plan.first_look_s(e)) for e in (cheap, dear)}
     assert kw["budget_s"] == budget and kw["clearing_alpha"] == gate.GateOptions().alpha
     assert kw["options"].alpha == pytest.approx(gate.GateOptions().alpha)  # 4 of 4
     assert {c.name: c.verdict for c in confirmed.comparisons} == {
@@ -202,7 +205,8 @@ def test_the_confirmation_names_the_candidates_its_ab_did_not_reach(monkeypatch)
     _fake_ab(monkeypatch, base, cand, calls, reach=1)
     result = gate.compare_runs(base, cand)
     confirmed = confirm.confirm(result, pytest_args=["--model=tiny"], budget_s=60)
-    first, other = calls[0]["schedule"]
+    first, other = [name for name in calls[0]["schedule"]
+                    if name not in calls[0]["schedule"].unreserved]
     verdicts = {c.name: c for c in confirmed.comparisons}
     assert verdicts[first].verdict is Verdict.REGRESSION
     assert verdicts[other].verdict is Verdict.NOT_CONFIRMED

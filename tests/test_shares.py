@@ -93,10 +93,33 @@ def test_benchmarks_the_schedule_does_not_name_share_what_it_leaves_equally():
     assert shares.share_at_turn("a", 100.0, 4, schedule) == pytest.approx(90.0)  # none for them
 
 
-def test_the_undecided_are_paired_after_the_schedule_and_decided_on_what_it_leaves(clock):
-    ratios = {"open_0": 1.0, "cheap_0": 1.0, "open_1": 1.0, "cheap_1": 1.0}
-    scripted = Quiet(clock, ratios, 60, focused=True, clearing=DESIGN,
-                     schedule={"cheap_1": 8.0, "cheap_0": 8.0})
-    records = scripted.judge()
-    assert list(records) == ["cheap_1", "cheap_0", "open_0", "open_1"]
-    assert all(r.stopped in DECIDED for r in records.values())
+def test_nothing_is_reserved_for_an_unreserved_one_and_it_may_take_its_first_look():
+    schedule = shares.Schedule({"a": 8.0, "open": 10.0}, frozenset({"open"}))
+    assert shares.reserved_share("a", 100.0, schedule) == pytest.approx(100.0)
+    assert shares.reserved_share("open", 100.0, schedule) == pytest.approx(
+        10.0 * shares.UNRESERVED_MARGIN)
+    assert shares.reserved_share("open", 12.0, schedule) == pytest.approx(12.0)
+    assert shares.reserved_share("open", 9.0, schedule) is None
+
+
+def test_the_undecided_follow_the_slower_on_their_first_looks_not_equal_slivers(clock):
+    """Twelve undecided same-speed benchmarks after two slower ones, with room for the
+    slower ones and five first looks more. On equal shares the first undecided ones start
+    on slivers and stop undecided, their pairs spent for nothing (on the real suite each
+    start costs both sides a benchmark's setup too); on their first looks every one that
+    starts is decided and the rest are skipped."""
+    undecided = {f"open_{i}": FIRST_LOOK * 1.0 for i in range(12)}
+    schedule = {"cheap_0": FIRST_LOOK * 1.0, "cheap_1": FIRST_LOOK * 1.0, **undecided}
+    ratios = {name: 1.0 for name in schedule}
+    budget = 2 * 9 + 5 * 9 + 4
+    # Equal shares: the undecided ones unscheduled, after the two slower ones.
+    sliced = Quiet(clock, ratios, budget, focused=True, clearing=DESIGN,
+                   schedule={"cheap_0": FIRST_LOOK * 1.0, "cheap_1": FIRST_LOOK * 1.0}).judge()
+    kept = Quiet(clock, ratios, budget, focused=True, clearing=DESIGN,
+                 schedule=shares.Schedule(schedule, frozenset(undecided))).judge()
+    for records in (sliced, kept):
+        assert records["cheap_0"].stopped in DECIDED and records["cheap_1"].stopped in DECIDED
+    assert sum(sliced[n].stopped == "budget" for n in undecided) >= 3
+    assert not any(kept[n].stopped == "budget" for n in undecided)
+    assert sum(kept[n].stopped in DECIDED for n in undecided) >= 4
+    assert list(kept) == list(schedule)

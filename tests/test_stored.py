@@ -279,7 +279,8 @@ class FakeAB:
             raise UserError(self.error)
         stored = gate.compare_runs(_run(1), _run(2, B, factors={"decode": 1.4}))
         keys = [k for k in kw["pytest_args"] if "::" in k]
-        scheduled = kw.get("schedule") or keys
+        unreserved = getattr(kw.get("schedule"), "unreserved", frozenset())
+        scheduled = [k for k in kw.get("schedule") or keys if k not in unreserved] or keys
         paired = tuple(dataclasses.replace(c, verdict=self.verdict, reason="paired", n_pairs=20,
                                            ci_low=self.ci[0], ci_high=self.ci[1])
                        if c.name in scheduled else
@@ -315,8 +316,10 @@ def test_a_confirmed_slowdown_is_a_regression_the_slower_benchmarks_scheduled_fi
     result = confirm.confirm(stored, pytest_args=["--model=tiny"], budget_s=120)
     (rev, kw), = fake.calls
     assert rev == A and kw["budget_s"] == pytest.approx(120, abs=1)
-    assert set(kw["schedule"]) == DECODE
-    assert [a for a in kw["pytest_args"] if "::" in a][:2] == list(kw["schedule"])
+    schedule = kw["schedule"]
+    assert set(schedule) - schedule.unreserved == DECODE and schedule.unreserved == PREFILL
+    assert list(schedule)[:2] == [a for a in kw["pytest_args"] if "::" in a][:2]
+    assert set(list(schedule)[:2]) == DECODE  # the slower ones first
     assert {a for a in kw["pytest_args"] if "::" in a} == DECODE | PREFILL
     assert kw["pytest_args"][0] == "--model=tiny"
     verdicts = _verdicts(result)
@@ -449,7 +452,7 @@ def test_with_nothing_slower_the_budget_goes_to_what_the_stored_runs_left_undeci
     log = io.StringIO()
     result = confirm.confirm(stored, pytest_args=[], budget_s=60, log=log)
     (rev, kw), = fake.calls
-    assert kw["schedule"] == {}
+    assert set(kw["schedule"]) == kw["schedule"].unreserved == undecided
     assert (f"llmbench: confirming {len(undecided)} the stored runs could not decide, on what "
             "is left, by a paired A/B against aaaaaaaa within 60 s") in log.getvalue()
     assert {a for a in kw["pytest_args"] if "::" in a} == undecided

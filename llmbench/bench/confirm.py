@@ -117,19 +117,20 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     keys = [*slower_keys, *open_keys]
     if not keys:
         return result
-    from llmbench.ab import run_ab  # git worktrees and worker processes: only now
+    from llmbench.ab import run_ab, shares  # git worktrees and worker processes: only now
 
     commit = result.baseline.commit_info["id"]
     candidates = [c for c in result.comparisons if c.name in keys]
     chosen = confirm_plan.plan(candidates, result.baseline, result.candidate, budget_s)
-    schedule = confirm_plan.schedule(chosen)
-    then = confirm_plan.then(chosen)
-    _say(log, chosen, len(slower_keys), len(schedule), len(then), commit, budget_s)
+    first_looks = confirm_plan.schedule(chosen)
+    schedule = shares.Schedule(first_looks, chosen.undecided & first_looks.keys())
+    _say(log, chosen, len(slower_keys), len(schedule) - len(schedule.unreserved),
+         len(schedule.unreserved), commit, budget_s)
     # A regression is named: each candidate is tested at alpha / M, M counting every
     # candidate (Bonferroni, as the plan assumed when it costed them; the A/B splits its
     # alpha over those it is given). Clearing is one claim about them all (none is past the
     # threshold), tested at the unsplit alpha (`sequential`, Clearing).
-    tested = [*schedule, *then]
+    tested = list(schedule)
     options = dataclasses.replace(result.options, normalize=False,
                                   alpha=result.options.alpha * len(tested) / len(keys))
     started = time.monotonic()

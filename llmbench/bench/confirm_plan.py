@@ -23,8 +23,9 @@ regression already fails the run; the rest only name more.
 The drift between two runs hides a slowdown as readily as it fakes one: a benchmark whose
 stored comparison is inconclusive may be slower by more than the threshold. What the budget
 leaves after the slower benchmarks goes to those (costed, like the slower ones within the
-noise, at the first look that can clear them), with nothing reserved for them: one it does
-not reach stays inconclusive, as the stored runs left it, and fails nothing.
+noise, at the first look that can clear them), cheapest first, with nothing reserved for
+them (`ab.shares.Schedule.unreserved`): one it does not reach stays inconclusive, as the
+stored runs left it, and fails nothing.
 """
 
 from __future__ import annotations
@@ -166,15 +167,12 @@ def first_look_s(estimate: Estimate) -> float:
 
 
 def schedule(chosen: Plan) -> dict[str, float]:
-    """Every slower candidate the plan costed, in its order (those it expects to fit first),
-    with the time its first deciding look is expected to take (`ab.shares`). The undecided
-    ones are not scheduled: they follow the slower ones on what those leave (`then`)."""
-    return {name: first_look_s(chosen.estimates[name]) for name in (*chosen.chosen, *chosen.left)
-            if name in chosen.estimates and name not in chosen.undecided}
-
-
-def then(chosen: Plan) -> list[str]:
-    """The costed candidates the stored runs could not decide: paired after the schedule, in
-    the suite's order, on equal shares of what it leaves."""
-    return [name for name in (*chosen.chosen, *chosen.left)
-            if name in chosen.estimates and name in chosen.undecided]
+    """Every candidate the plan costed, with the time its first deciding look is expected to
+    take (`ab.shares`): the slower ones in the plan's order (those it expects to fit first),
+    then the undecided ones (`Plan.undecided`, for which nothing is reserved), cheapest
+    first."""
+    ordered = [name for name in (*chosen.chosen, *chosen.left) if name in chosen.estimates]
+    slower = [name for name in ordered if name not in chosen.undecided]
+    undecided = sorted((name for name in ordered if name in chosen.undecided),
+                       key=lambda name: chosen.estimates[name].seconds)
+    return {name: first_look_s(chosen.estimates[name]) for name in (*slower, *undecided)}
