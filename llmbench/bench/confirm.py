@@ -107,13 +107,11 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     """`result` with its slower benchmarks settled by a paired A/B against the baseline's
     commit (`budget_s` None: --no-confirm), or with why none ran."""
     slower_keys = to_confirm(result)
-    if slower_keys and budget_s is None:
-        return _not_run(result, stored.NO_CONFIRM, slower_keys)
-    if slower_keys and (why := why_not(result)) is not None:
-        return _not_run(result, why, slower_keys)
-    # With nothing slower, no line of the output calls for an A/B that cannot run.
-    open_keys = (undecided(result) if budget_s is not None and why_not(result) is None
-                 else [])
+    why = stored.NO_CONFIRM if budget_s is None else why_not(result)
+    if why is not None:
+        # With nothing slower, no line of the output calls for an A/B that cannot run.
+        return _not_run(result, why, slower_keys) if slower_keys else result
+    open_keys = undecided(result)
     keys = [*slower_keys, *open_keys]
     if not keys:
         return result
