@@ -12,7 +12,12 @@ the CPU lacks a feature it has, so one machine can show what a machine without i
 
 The suites and A/Bs these tests start run beside the other xdist workers, so every round they
 time is disturbed by other work: `$LLMBENCH_DISTURBED_SHARE` is set to 100% for them (unless
-already set), and the tests of disturbed rounds pass their own `--disturbed-share`.
+already set), and the tests of disturbed rounds pass their own `--disturbed-share`. Their
+assertions therefore hold whatever the timings (a 10x planted slowdown, a 200% threshold).
+A test whose assertion rests on real timings at a real threshold (an A/A that must pass) is
+marked `alone`: beside another worker a co-runner multiplies one side's rounds and the
+verdict is the co-runner's, so under xdist it is skipped with the reason, and `nox -s tests`
+runs the `alone` tests afterwards by themselves (`pytest -m alone tests`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "needs_cpu(feature): skipped, with the reason, where "
                                        "this CPU lacks the llmbench.engine.cpu_features feature")
+    config.addinivalue_line("markers", "alone: asserts a verdict drawn from real timings; "
+                                       "skipped under xdist, run by itself with -m alone")
     hidden = set(config.getoption("hide_cpu_feature"))
     if hidden:  # the process's one answer, engine and suite included: patched where it lives
         has = cpu_features.has
@@ -47,6 +54,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("alone") and os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("times real processes and asserts their verdict, which a co-running "
+                    "xdist worker would decide: run it alone (pytest -m alone tests)")
     for mark in item.iter_markers("needs_cpu"):
         why = cpu_features.missing(*mark.args)
         if why is not None:

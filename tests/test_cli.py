@@ -141,7 +141,7 @@ def test_real_process_prints_one_line_and_exits_2():
     (["--cache", "static"], "loop", "static", "sdpa"),
     (["--engine", "hf", "--cache", "static", "--attn", "eager"], "hf", "static", "eager"),
     pytest.param(["--cache", "static", "--compile"], "loop", "static", "sdpa",
-                 marks=pytest.mark.xdist_group("compile-or-paired-timing")),
+                 marks=pytest.mark.xdist_group("inductor-compile")),
 ])
 def test_generate_json(capsys, extra, engine, kv_cache, attn):
     code, out, err = run_main(["generate", "--model", "tiny", "--device", "cpu",

@@ -21,7 +21,7 @@ from llmbench.errors import UserError
 N_NEW = 8
 # Compiling runs inductor's C++ compiler in bursts; the real paired A/A in test_pairing shares
 # this group, so under `--dist loadgroup` (nox -s tests) the two never run side by side.
-pytestmark = pytest.mark.xdist_group("compile-or-paired-timing")
+pytestmark = pytest.mark.xdist_group("inductor-compile")
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ ARGS = ["--benchmark-only", "--model", "tiny", "--threads", "1", "--rounds", "8"
         "--confirm-budget=150s"]
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.xdist_group("compile-or-paired-timing")]  # never beside compiling
+              pytest.mark.alone]  # the A/A must be cleared: nothing may run beside it
 
 
 def _head() -> str:

@@ -324,7 +324,7 @@ def test_a_suite_started_by_hand_with_the_worker_is_told_what_it_is(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("compile-or-paired-timing")  # never beside inductor compiling
+@pytest.mark.alone  # the A/A must pass at the real threshold: nothing may run beside it
 @pytest.mark.parametrize("slowdown", [None, 1.0])
 def test_real_suite_on_tiny_paired_against_head(tmp_path, slowdown):
     """The real suite on both sides. A/A passes; with every decode step taking twice as

@@ -18,7 +18,7 @@ from llmbench.serve.request import Outcome
 from llmbench.serve.scheduler import Scheduler, SchedulerFull
 
 # Compiled steps share dynamo's caches with the other compiling tests: one worker runs them.
-pytestmark = pytest.mark.xdist_group("compile-or-paired-timing")
+pytestmark = pytest.mark.xdist_group("inductor-compile")
 # Slots long enough for the longest request below (4000 new tokens, cancelled early).
 MAX_CONTEXT = 4200
 

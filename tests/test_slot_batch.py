@@ -19,7 +19,7 @@ from llmbench.serve.app import ServerSettings, create_app
 from llmbench.serve.scheduler import Scheduler
 from llmbench.serve.slot_batch import buckets
 
-pytestmark = pytest.mark.xdist_group("compile-or-paired-timing")
+pytestmark = pytest.mark.xdist_group("inductor-compile")
 
 
 @pytest.fixture(scope="module")
