@@ -25,7 +25,7 @@ import pytest
 from gate_runs import REPO, TINY_ARGS
 
 from llmbench import ab, gate, runs
-from llmbench.ab import pair_worker, pairing
+from llmbench.ab import cpus, pair_worker, pairing
 from llmbench.errors import EXIT_USAGE
 from llmbench.gate.stats import Verdict
 
@@ -340,6 +340,10 @@ def test_real_suite_on_tiny_paired_against_head(tmp_path, slowdown):
                        keep=str(keep))
     verdicts = {c.name.rsplit("::", 1)[-1]: c.verdict for c in result.comparisons}
     assert len(verdicts) == 5
+    # --threads 1: both sides shared one CPU (on one CPU, there was nothing to choose).
+    shared = cpus.shared_cpus(args)
+    assert result.pairing["cpus"] == (None if shared is None else sorted(shared))
+    assert shared is None or len(shared) == 1
     regressions = {name for name, v in verdicts.items() if v is Verdict.REGRESSION}
     if slowdown is None:
         assert not regressions and result.exit_code == 0, verdicts

@@ -19,6 +19,10 @@ look reserved. It also focuses (`focus`): as it needs only one regression decide
 benchmark whose pairs point at a regression may take the rest of the budget while the look
 that should decide it fits.
 
+Both sides start on the same CPUs when the suite runs fewer threads than there are CPUs
+(`cpus`): otherwise each process keeps whichever CPU it was given, and the pairs compare
+two placements rather than two revisions.
+
 A pair in which either round was disturbed (other processes or the hypervisor took more than
 the disturbed share of that side's CPUs while it ran: `llmbench.engine.disturbance`, which
 each side reads around its rounds) is dropped on both sides and taken again; the pairing
@@ -49,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from llmbench.ab import pair_worker, shares
+from llmbench.ab import cpus, pair_worker, shares
 from llmbench.ab.checkout import ABError, Checkout, check_imports, check_pytest_args, side_env
 from llmbench.ab.focus import takes_the_rest
 from llmbench.ab.pair_worker import Channel
@@ -437,7 +441,8 @@ def worker_module_dir(parent: Path) -> Path:
 
 
 def _start(side: Checkout, args: Sequence[str], out: Path, plugin_dir: Path, address: str,
-           session: str, design: sequential.Design, log_dir: Path) -> Worker:
+           session: str, design: sequential.Design, log_dir: Path,
+           on: frozenset[int] | None) -> Worker:
     env = side_env(side)
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(plugin_dir)])
     env.update({pair_worker.ADDRESS_ENV: address, pair_worker.SIDE_ENV: side.name,
@@ -449,8 +454,9 @@ def _start(side: Checkout, args: Sequence[str], out: Path, plugin_dir: Path, add
     log_path = log_dir / f"{side.name}.log"
     with open(log_path, "w") as log:
         # Its own session: Ctrl-C reaches only the coordinator, which ends the workers.
-        proc = subprocess.Popen(cmd, cwd=side.root, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        with cpus.children_on(on):  # both sides on the same CPUs (`cpus`)
+            proc = subprocess.Popen(cmd, cwd=side.root, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
     return Worker(side.name, side, proc, log_path)
 
 
@@ -515,11 +521,12 @@ def run_paired(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence
         server.listen(2)
         session = uuid.uuid4().hex
         workers = {}
+        shared = cpus.shared_cpus(pytest_args)
         for side in (baseline, candidate):
             out = workdir / side.name
             out.mkdir(parents=True, exist_ok=True)
             workers[side.name] = _start(side, pytest_args, out, plugin_dir, address, session,
-                                        design, workdir)
+                                        design, workdir, shared)
             stack.callback(_end, workers[side.name])
         coordinator = Coordinator(workers, design, budget_s, threshold_of, progress, focus,
                                   disturbed_share, clearing, schedule)
@@ -537,7 +544,8 @@ def run_paired(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence
             raise
         for worker in workers.values():
             worker.proc.wait()
-        pairing = {"session": session, **coordinator.to_json()}
+        pairing = {"session": session, "cpus": None if shared is None else sorted(shared),
+                   **coordinator.to_json()}
         (workdir / "pairing.json").write_text(json.dumps(pairing, indent=1))
         return PairedRuns(_saved_run(workers["baseline"], workdir / "baseline"),
                           _saved_run(workers["candidate"], workdir / "candidate"), pairing)
