@@ -284,6 +284,45 @@ def test_ctrl_c_ends_both_workers_removes_the_worktree_and_prints_what_was_decid
     assert _worktrees(fake_repo) == 1
 
 
+UNREACHED_TEST = '''
+import os, time
+
+import pytest
+
+
+def _trace(what):
+    with open(os.environ["FAKE_TRACE"] + ".setup", "a") as trace:
+        trace.write(f"{what} {os.environ.get('LLMBENCH_PAIR_SIDE')}\\n")
+
+
+@pytest.mark.benchmark(group="first")
+def test_first(benchmark):
+    benchmark.pedantic(time.sleep, args=(0.6,), rounds=3)  # one pair spends the budget
+
+
+@pytest.fixture
+def costly_setup():
+    _trace("fixture")  # stands for a compile or a copy of the model
+
+
+@pytest.mark.benchmark(group="second")
+def test_second(benchmark, costly_setup):
+    _trace("body")
+    benchmark.pedantic(time.sleep, args=(0.01,), rounds=3)
+'''
+
+
+def test_a_benchmark_the_budget_cannot_reach_is_never_set_up(fake_repo, tmp_path):
+    (fake_repo / "test_unreached.py").write_text(textwrap.dedent(UNREACHED_TEST))
+    _git(fake_repo, "add", ".")
+    _git(fake_repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "two")
+    result = ab.run_ab("HEAD", pytest_args=["test_unreached.py"], repo=fake_repo, budget_s=1)
+    stopped = {r["name"].rsplit("::", 1)[-1]: r["stopped"]
+               for r in result.pairing["benchmarks"]}
+    assert stopped == {"test_first": "budget", "test_second": "not reached"}
+    assert not (tmp_path / "trace.txt.setup").exists()  # neither side set it up
+
+
 def test_a_short_budget_leaves_a_benchmark_inconclusive_with_the_pairs_it_needs(fake_repo):
     result = ab.run_ab("HEAD", repo=fake_repo, budget_s=12, max_pairs=1000,
                        options=gate.GateOptions(threshold=0.00001, alpha=1e-9))

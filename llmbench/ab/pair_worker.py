@@ -15,11 +15,13 @@ through which every round of every benchmark passes, whatever the suite's code.
 
 Exclusive turns: a process runs only between a reply and its next request. It asks before
 collection ends (so model loading and warm-up of one side never overlap the other's
-rounds), before each round, and tells the coordinator when its session is over. Only
+rounds), before setting up each benchmark (so one the budget cannot reach is skipped before
+its fixtures and its body load, compile or check anything), before each round, and tells
+the coordinator when its session is over. Only
 collection, which times nothing, runs on both sides at once.
 
 Messages are JSON lines: requests ["hello", side, pid], ["collected", ids, device],
-["round", nodeid, group], ["finished", exitstatus]; reports, which get no reply,
+["item", nodeid, group], ["round", nodeid, group], ["finished", exitstatus]; reports, which get no reply,
 ["took", nodeid, seconds, timed, others] and ["failed", nodeid, when, message].
 
 `others` is the share of this process's CPUs that other processes and the hypervisor took
@@ -219,6 +221,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     items[:] = [by_id[nodeid] for nodeid in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Ask before a benchmark's fixtures are set up: "go", or "skip" with the reason."""
+    if "benchmark" not in getattr(item, "fixturenames", ()):
+        return  # not a benchmark: nothing to pair, it runs as it would
+    marker = item.get_closest_marker("benchmark")  # where pytest-benchmark reads the group
+    reply = _ask("item", item.nodeid, marker.kwargs.get("group") if marker else None)
+    if reply[0] == "skip":
+        pytest.skip(reply[1])
 
 
 def pytest_runtest_logreport(report) -> None:

@@ -293,12 +293,19 @@ class Coordinator:
             requests = {w.name: w.request for w in (base, cand)}
             if all(r[0] == "finished" for r in requests.values()):
                 return
-            rounds = {name: r[1] for name, r in requests.items() if r[0] == "round"}
+            # Where each side is: about to set a benchmark up ("item") or to time a round.
+            rounds = {name: r[1] for name, r in requests.items() if r[0] in ("item", "round")}
             if not rounds:
                 raise SideFailed(f"the sides are out of step: {requests}")
             if len(rounds) == 2 and rounds["baseline"] == rounds["candidate"]:
-                self.pair(rounds["baseline"], base.request[2],
-                          remaining=len(common) - order.get(rounds["baseline"], 0))
+                kinds = {r[0] for r in requests.values()}
+                if len(kinds) != 1:
+                    raise SideFailed(f"the sides are out of step: {requests}")
+                remaining = len(common) - order.get(rounds["baseline"], 0)
+                if kinds == {"item"}:
+                    self.admit(rounds["baseline"], base.request[2], remaining)
+                else:
+                    self.pair(rounds["baseline"], base.request[2], remaining)
                 continue
             # One side is at a benchmark the other has passed (skipped or never timed it):
             # the one that is behind skips it too, and the benchmark is listed as such.
@@ -310,25 +317,47 @@ class Coordinator:
             self.grant(self.workers[behind], ["skip", f"llmbench ab: the {other} side did not "
                                                        "run this benchmark"])
 
+    def admit(self, nodeid: str, group: str | None, remaining: int) -> None:
+        """Both sides are about to set `nodeid` up: let them, one after the other, or have
+        both skip it before anything of it runs when the budget cannot reach it (a
+        compiled engine's setup alone can take longer than its pairs)."""
+        if self._share_or_skip(nodeid, group, remaining) is None:
+            return
+        for worker in self.workers.values():
+            self.grant(worker, ["go"])
+
+    def _share_or_skip(self, nodeid: str, group: str | None, remaining: int
+                       ) -> float | None:
+        """What `nodeid` may take of the budget now; or None, once both sides have been told
+        to skip it and its record says it was not reached: the budget is spent (a focused
+        benchmark may take it all), or what is left cannot reach the scheduled benchmark's
+        first look and pairs would only overrun it."""
+        now = time.monotonic()
+        share = self._share(nodeid, now, remaining)
+        if now < self.deadline and share is not None:
+            return share
+        record = BenchmarkRecord(nodeid, group,
+                                 self.threshold_of(nodeid, group, self.device_option))
+        record.stopped = "not reached"  # the verdict lists it with no pair
+        self.records[nodeid] = record
+        self.progress.decided += 1
+        self.progress.show(f"; {nodeid}: not reached, the budget was spent", force=True)
+        for worker in self.workers.values():
+            self.grant(worker, ["skip", "llmbench ab: the budget was spent before this "
+                                        "benchmark's turn"])
+        return None
+
     def pair(self, nodeid: str, group: str | None, remaining: int) -> None:
         """Pairs of rounds for one benchmark until it is decided or out of pairs or time."""
+        # Asked again: its setup (after `admit`) took time too.
+        share = self._share_or_skip(nodeid, group, remaining)
+        if share is None:
+            return
         record = BenchmarkRecord(nodeid, group,
                                  self.threshold_of(nodeid, group, self.device_option))
         self.records[nodeid] = record
         base, cand = self.workers["baseline"], self.workers["candidate"]
         started = time.monotonic()
-        share = self._share(nodeid, started, remaining)
-        if started >= self.deadline or share is None:
-            # Spent (a focused benchmark may take it all), or what is left cannot reach the
-            # scheduled benchmark's first look: pairs would only overrun it. Both sides skip
-            # the benchmark; the verdict lists it with no pair.
-            record.stopped = "not reached"
-            self.progress.decided += 1
-            self.progress.show(f"; {nodeid}: not reached, the budget was spent", force=True)
-            for worker in (base, cand):
-                self.grant(worker, ["skip", "llmbench ab: the budget was spent before this "
-                                            "benchmark's turn"])
-            return
         allowed = share
         m = self.progress.total
         index = n = 0
