@@ -20,6 +20,8 @@ needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"),
     (["--model", "tiny"], None),
     (["--threads"], None),  # no value: the suite itself refuses it
     (["--threads=many"], None),
+    (["--threads=\u00b2"], None),  # a digit to str.isdigit, not a number to int
+    (["--threads", "1", "--threads=2"], 2),  # the last one, as pytest reads it
 ])
 def test_the_suites_thread_count_is_read_off_its_arguments(args, threads):
     assert cpus.threads_of(args) == threads

@@ -323,6 +323,41 @@ def test_a_benchmark_the_budget_cannot_reach_is_never_set_up(fake_repo, tmp_path
     assert not (tmp_path / "trace.txt.setup").exists()  # neither side set it up
 
 
+ONE_SIDED_TEST = '''
+import os
+
+import pytest
+
+import llmbench
+
+
+@pytest.fixture
+def costly_setup():
+    with open(os.environ["FAKE_TRACE"] + ".setup", "a") as trace:
+        trace.write(f"{os.environ.get('LLMBENCH_PAIR_SIDE')}\\n")
+
+
+@pytest.mark.benchmark(group="new")
+def test_new_path(benchmark, costly_setup):
+    if llmbench.SPEED == 1.0:
+        pytest.skip("the baseline's code has no such path")
+    benchmark.pedantic(lambda: None, rounds=3)
+'''
+
+
+def test_a_benchmark_the_baseline_skips_is_never_set_up_on_the_candidate(fake_repo, tmp_path):
+    (fake_repo / "test_one_sided.py").write_text(textwrap.dedent(ONE_SIDED_TEST))
+    _git(fake_repo, "add", ".")
+    _git(fake_repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    (fake_repo / "llmbench" / "__init__.py").write_text("SPEED = 1.5\n")  # uncommitted
+    result = ab.run_ab("HEAD", pytest_args=["test_one_sided.py", "test_fake.py"],
+                       repo=fake_repo, budget_s=30)
+    assert result.pairing["only"]["candidate"] == ["test_one_sided.py::test_new_path"]
+    # The baseline set it up and skipped it; the candidate was told to skip it first.
+    assert (tmp_path / "trace.txt.setup").read_text().split() == ["baseline"]
+    assert [r["name"] for r in result.pairing["benchmarks"]] == ["test_fake.py::test_speed"]
+
+
 def test_a_short_budget_leaves_a_benchmark_inconclusive_with_the_pairs_it_needs(fake_repo):
     result = ab.run_ab("HEAD", repo=fake_repo, budget_s=12, max_pairs=1000,
                        options=gate.GateOptions(threshold=0.00001, alpha=1e-9))

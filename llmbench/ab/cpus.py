@@ -10,7 +10,10 @@ docs/measurements/2026-12-03-stable-measurements.md).
 
 The set is the last `--threads` CPUs this process may use (the first CPU takes most of the
 interrupts); without `--threads`, or with as many threads as CPUs, torch uses every CPU and
-there is nothing to choose.
+there is nothing to choose. The set holds for each worker's whole life: collection (both
+sides at once), compiles and, in the server benchmarks, the server and its client share it,
+on both sides alike. Not covered: a suite whose torch picks fewer threads than CPUs by
+itself (torch's default where a core has two hardware threads), with no `--threads`.
 """
 
 from __future__ import annotations
@@ -21,16 +24,15 @@ from collections.abc import Iterator, Sequence
 
 
 def threads_of(pytest_args: Sequence[str]) -> int | None:
-    """The suite's `--threads N` (or `--threads=N`) in `pytest_args`, or None."""
+    """The suite's `--threads N` (or `--threads=N`) in `pytest_args`, the last one as
+    pytest reads it; None where absent or not a number (the suite refuses that itself)."""
+    found = None
     for at, arg in enumerate(pytest_args):
         if arg.startswith("--threads="):
-            value = arg.split("=", 1)[1]
+            found = arg.split("=", 1)[1]
         elif arg == "--threads" and at + 1 < len(pytest_args):
-            value = pytest_args[at + 1]
-        else:
-            continue
-        return int(value) if value.isdigit() else None  # the suite refuses it in one line
-    return None
+            found = pytest_args[at + 1]
+    return int(found) if found is not None and found.isascii() and found.isdecimal() else None
 
 
 def shared_cpus(pytest_args: Sequence[str]) -> frozenset[int] | None:

@@ -323,8 +323,15 @@ class Coordinator:
         compiled engine's setup alone can take longer than its pairs)."""
         if self._share_or_skip(nodeid, group, remaining) is None:
             return
-        for worker in self.workers.values():
-            self.grant(worker, ["go"])
+        base, cand = self.workers["baseline"], self.workers["candidate"]
+        if self.grant(base, ["go"])[:2] == ["round", nodeid]:
+            self.grant(cand, ["go"])
+            return
+        # The baseline skipped it in its setup or body (a device it lacks, say): the
+        # candidate skips it before setting it up, and it is listed as the candidate's only.
+        self.only["candidate"].append(nodeid)
+        self.progress.decided += 1
+        self.grant(cand, ["skip", "llmbench ab: the baseline side did not run this benchmark"])
 
     def _share_or_skip(self, nodeid: str, group: str | None, remaining: int
                        ) -> float | None:
