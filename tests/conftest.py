@@ -8,7 +8,8 @@ on top of that oversubscribes the CPU and makes every forward pass several times
 A test that needs a CPU feature says so with `@pytest.mark.needs_cpu(cpu_features.X)` and is
 skipped, with the reason, where this CPU lacks it (`llmbench.engine.cpu_features` decides, as
 it does for the engine and the suite). `--hide-cpu-feature KEY` makes the whole run believe
-the CPU lacks a feature it has, so one machine can show what a machine without it runs.
+the CPU lacks a feature it has (torch's probes for it answer no), so one machine can show what
+a machine without it runs.
 
 The suites and A/Bs these tests start run beside the other xdist workers, so every round they
 time is disturbed by other work: `$LLMBENCH_DISTURBED_SHARE` is set to 100% for them (unless
@@ -42,15 +43,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           f"{', '.join(sorted(cpu_features.FEATURES))}")
 
 
+class _AnswersNo:
+    """A torch probe that answers no and is otherwise the one it replaces: torch walks its op
+    namespaces and expects every op there to keep its overloads (`.default`)."""
+
+    def __init__(self, probe):
+        self._probe = probe
+
+    def __call__(self, *args, **kwargs) -> bool:
+        return False
+
+    def __getattr__(self, name: str):
+        return getattr(self._probe, name)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "needs_cpu(feature): skipped, with the reason, where "
                                        "this CPU lacks the llmbench.engine.cpu_features feature")
     config.addinivalue_line("markers", "alone: asserts a verdict drawn from real timings; "
                                        "skipped under xdist, run by itself with -m alone")
-    hidden = set(config.getoption("hide_cpu_feature"))
-    if hidden:  # the process's one answer, engine and suite included: patched where it lives
-        has = cpu_features.has
-        cpu_features.has = lambda feature: feature.key not in hidden and has(feature)
+    # Hidden where torch answers, as a CPU without the feature would answer: the engine and
+    # the suite see it missing, and a test that replaces a probe itself still decides it.
+    for key in config.getoption("hide_cpu_feature"):
+        for probe in cpu_features.FEATURES[key].probes:
+            if hasattr(probe.owner, probe.name):
+                setattr(probe.owner, probe.name, _AnswersNo(getattr(probe.owner, probe.name)))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -93,6 +93,16 @@ def test_hiding_a_feature_reaches_the_engine_refusals_too():
     assert "1 passed" in proc.stdout, proc.stdout[-3000:]
 
 
+def test_a_test_that_plays_a_cpu_itself_is_not_overruled_by_the_hidden_feature():
+    """Hiding answers where torch answers, so a test that replaces torch's probes to play
+    another CPU still gets the answers it set, on a machine with every feature hidden."""
+    proc = _pytest("tests/test_cpu_features.py", "tests/test_device.py", "-k",
+                   "needs_avx512_bf16_or_amx or native_bfloat16_follows",
+                   *(f"--hide-cpu-feature={key}" for key in cpu_features.FEATURES))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "8 passed" in proc.stdout, proc.stdout[-3000:]
+
+
 def test_an_unknown_feature_to_hide_is_a_usage_error():
     proc = _pytest("tests/test_cpu_features.py", "--hide-cpu-feature=avx9000")
     assert proc.returncode == 4, proc.stderr[-2000:]

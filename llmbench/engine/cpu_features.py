@@ -16,10 +16,25 @@ question is what torch will do here. `missing(feature)` says why in words a user
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One of torch's own checks, looked up when asked: a test (or `--hide-cpu-feature`) that
+    replaces the check where torch keeps it changes every answer drawn from it."""
+
+    owner: object  # torch.cpu, torch.ops.mkldnn
+    name: str
+
+    def __call__(self) -> bool:
+        try:
+            check = getattr(self.owner, self.name)
+        except (AttributeError, RuntimeError):  # a torch build without this probe
+            return False
+        return bool(check())
 
 
 @dataclass(frozen=True)
@@ -27,28 +42,17 @@ class Feature:
     key: str  # how tests and messages name it: onednn-bf16, onednn-fp16, bf16-matmul
     name: str
     needs: str  # the instruction sets that provide it, as a user reads them
-    check: Callable[[], bool]
-
-
-def _cpu_isa(name: str) -> Callable[[], bool]:
-    def check() -> bool:
-        probe = getattr(torch.cpu, name, None)  # torch's cpuinfo probes (private, stable)
-        return bool(probe is not None and probe())
-
-    return check
-
-
-def _any(*checks: Callable[[], bool]) -> Callable[[], bool]:
-    return lambda: any(check() for check in checks)
+    probes: tuple[Probe, ...]  # the CPU has the feature when any of them says so
 
 
 ONEDNN_BF16 = Feature("onednn-bf16", "oneDNN bfloat16", "AVX512 (BW, VL, DQ) or AVX-NE-CONVERT",
-                      lambda: bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()))
+                      (Probe(torch.ops.mkldnn, "_is_mkldnn_bf16_supported"),))
 ONEDNN_FP16 = Feature("onednn-fp16", "oneDNN float16", "AVX512-FP16 or AVX-NE-CONVERT",
-                      lambda: bool(torch.ops.mkldnn._is_mkldnn_fp16_supported()))
+                      (Probe(torch.ops.mkldnn, "_is_mkldnn_fp16_supported"),))
+# torch's cpuinfo probes (private, stable)
 BF16_MATMUL = Feature("bf16-matmul", "bfloat16 matmul in hardware", "AVX512-BF16 or AMX",
-                      _any(_cpu_isa("_is_avx512_bf16_supported"),
-                           _cpu_isa("_is_amx_tile_supported")))
+                      (Probe(torch.cpu, "_is_avx512_bf16_supported"),
+                       Probe(torch.cpu, "_is_amx_tile_supported")))
 FEATURES = {f.key: f for f in (ONEDNN_BF16, ONEDNN_FP16, BF16_MATMUL)}
 
 # oneDNN's 16-bit path by dtype: what packing weights in that dtype needs.
@@ -57,7 +61,7 @@ ONEDNN_HALF = {torch.bfloat16: ONEDNN_BF16, torch.float16: ONEDNN_FP16}
 
 def has(feature: Feature) -> bool:
     """Whether this CPU has `feature`, as the library that runs its kernels sees it."""
-    return feature.check()
+    return any(probe() for probe in feature.probes)
 
 
 def missing(feature: Feature) -> str | None:
