@@ -39,7 +39,8 @@ def test_disturbed_rounds_are_measured_again_and_left_out(tmp_path):
     stability = run["llmbench"]["stability"]
     assert stability["disturbed_rounds"] == 2
     assert stability["rounds_spread"][PREFILL] == stability["rounds_spread_median"] > 0
-    assert stability["control_spread"] is None  # one benchmark: one control sample
+    # Five rounds in five passes: a control sample after each share of the one benchmark.
+    assert len(run["llmbench"]["control_s"]) == 5 and stability["control_spread"] > 0
     assert run["llmbench"]["machine"]["torch threads"]["state"].startswith("1 on ")
     assert saved["extra_info"]["disturbed_rounds"] == 2
     recorded = saved["extra_info"]["disturbance"]

@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from llmbench.bench import gate_hook, plugin, record, work_reference
+from llmbench.bench import gate_hook, interleave, plugin, record, work_reference
 
 
 @pytest.fixture
@@ -23,6 +23,8 @@ def calls(monkeypatch):
         seen.append(("run_json", None))
         return {"benchmarks": [{"name": "x"}]}
 
+    monkeypatch.setattr(interleave, "finish_session",
+                        lambda session: seen.append(("interleave", None)))
     monkeypatch.setattr(record, "run_json", run_json)
     monkeypatch.setattr(gate_hook, "judge", lambda session, output: seen.append(("judge", output)))
     monkeypatch.setattr(work_reference, "judge",
@@ -37,8 +39,8 @@ def _session(**config):
 
 def test_the_run_json_is_built_once_then_judged_then_saved(calls):
     plugin.pytest_sessionfinish(_session(), 0)
-    assert [name for name, _ in calls] == ["run_json", "judge", "work", "save"]
-    assert calls[1][1] is calls[2][1] is calls[3][1]  # the very same JSON
+    assert [name for name, _ in calls] == ["interleave", "run_json", "judge", "work", "save"]
+    assert calls[2][1] is calls[3][1] is calls[4][1]  # the very same JSON
 
 
 def test_a_gate_that_fails_unexpectedly_still_saves_the_run(calls, monkeypatch):
@@ -48,7 +50,7 @@ def test_a_gate_that_fails_unexpectedly_still_saves_the_run(calls, monkeypatch):
     monkeypatch.setattr(gate_hook, "judge", broken)
     with pytest.raises(RuntimeError, match="gate broke"):
         plugin.pytest_sessionfinish(_session(), 0)
-    assert [name for name, _ in calls] == ["run_json", "save"]
+    assert [name for name, _ in calls] == ["interleave", "run_json", "save"]
 
 
 def test_an_xdist_worker_neither_judges_nor_saves(calls):
@@ -59,7 +61,7 @@ def test_an_xdist_worker_neither_judges_nor_saves(calls):
 def test_without_timed_benchmarks_the_gate_hears_of_no_run(calls, monkeypatch):
     monkeypatch.setattr(record, "benchmarks_enabled", lambda config: False)
     plugin.pytest_sessionfinish(_session(), 0)
-    assert calls == [("judge", None), ("work", None), ("save", None)]
+    assert calls == [("interleave", None), ("judge", None), ("work", None), ("save", None)]
 
 
 @pytest.mark.parametrize("commit, part", [("3d12a17b9f", "3d12a17b"), ("unversioned", "nocommit"),

@@ -21,8 +21,8 @@ the coordinator when its session is over. Only
 collection, which times nothing, runs on both sides at once.
 
 Messages are JSON lines: requests ["hello", side, pid], ["collected", ids, device],
-["item", nodeid, group], ["round", nodeid, group], ["finished", exitstatus]; reports, which get no reply,
-["took", nodeid, seconds, timed, others] and ["failed", nodeid, when, message].
+["item", nodeid, group], ["round", nodeid, group], ["finished", exitstatus]; reports, which
+get no reply, ["took", nodeid, seconds, timed, others] and ["failed", nodeid, when, message].
 
 `others` is the share of this process's CPUs that other processes and the hypervisor took
 while the round ran (`llmbench_disturbance`, the suite's `llmbench.engine.disturbance`

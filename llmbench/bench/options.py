@@ -70,6 +70,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="timed rounds per benchmark. Default: %(default)r (the profile's)")
     group.addoption("--warmup-rounds", default=None, type=whole_number(0), metavar="N",
                     help="untimed rounds per benchmark. Default: %(default)r (the profile's)")
+    group.addoption("--passes", default=None, type=whole_number(1), metavar="N",
+                    help="take each benchmark's rounds in N passes over every benchmark, so "
+                         "that each samples the whole run rather than a few seconds of it "
+                         "(1: one after another). Default: %(default)r (the profile's)")
     group.addoption("--shuffle-seed", default=None, type=whole_number(0), metavar="N",
                     help="run cases in an order shuffled with this seed, spreading machine "
                          "drift across conditions. Default: %(default)r (file order)")
@@ -119,12 +123,13 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
         raise pytest.UsageError(f"--saved-path-file {saved_path_file}: its folder does not "
                                 "exist; create it or pick a file in an existing folder")
     profile = PROFILES[opt("profile")]
-    rounds, warmup = opt("rounds"), opt("warmup_rounds")
+    rounds, warmup, passes = opt("rounds"), opt("warmup_rounds"), opt("passes")
     return BenchSettings(
         engine=engine, profile=profile,
         rounds=profile.rounds if rounds is None else rounds,
         warmup_rounds=profile.warmup_rounds if warmup is None else warmup,
         device=device.type, dtype=str(dtype).removeprefix("torch."),
+        passes=profile.passes if passes is None else passes,
         shuffle_seed=opt("shuffle_seed"), disturbed_share=opt("disturbed_share"),
         server_url=opt("server_url"),
         server_api=opt("server_api"), save=not opt("no_save"),

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["llmbench.bench.options", "llmbench.bench.record", "llmbench.bench.gate_hook",
-                  "llmbench.bench.work_reference"]
+pytest_plugins = ["llmbench.bench.options", "llmbench.bench.record", "llmbench.bench.interleave",
+                  "llmbench.bench.gate_hook", "llmbench.bench.work_reference"]
 # pytest rewrites asserts in plugin modules and warns about one imported before it could;
 # these are imported just below, before pytest reaches `pytest_plugins`.
 pytest.register_assert_rewrite(*pytest_plugins)
 
-from llmbench.bench import gate_hook, record, work_reference  # noqa: E402 - after the above
+from llmbench.bench import gate_hook, interleave, record, work_reference  # noqa: E402
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -30,12 +30,14 @@ def _is_worker(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Judge the run, then save it, from one JSON. Judged first, so that `--compare-to
-    latest` finds the newest stored run rather than this one; tryfirst, so that the gate's
-    test report reaches JUnit XML before it is written."""
+    """Judge the run, then save it, from one JSON, once no case is left half-measured (the
+    interleaver drops cases stopped before their later passes). Judged first, so that
+    `--compare-to latest` finds the newest stored run rather than this one; tryfirst, so
+    that the gate's test report reaches JUnit XML before it is written."""
     config = session.config
     if _is_worker(config):
         return
+    interleave.finish_session(session)
     output = record.run_json(config) if record.benchmarks_enabled(config) else None
     try:
         gate_hook.judge(session, output)

@@ -18,6 +18,8 @@ class Profile:
     name: str
     rounds: int
     warmup_rounds: int
+    # Each case's rounds are taken in this many passes over every case (`bench.interleave`).
+    passes: int
     output_lengths: tuple[int, ...]
     input_lengths: tuple[int, ...]
     input_sweep_new_tokens: int  # each input-sweep point's, and the chat passage's
@@ -68,7 +70,7 @@ PROFILES = {
         # No per-case warm-up: the session fixture has already run every code path (and
         # the server warms its scheduler), and a warm-up round per case would spend a large
         # share of the budget (docs/measurements/2026-11-29-from-the-code.md).
-        name="quick", rounds=10, warmup_rounds=0,
+        name="quick", rounds=10, warmup_rounds=0, passes=10,
         output_lengths=(8, 16, 32, 64), input_lengths=(64, 128, 256, 512),
         input_sweep_new_tokens=16, chat_passage_tokens=256, kv_prompt_tokens=64,
         kv_new_tokens=16, prefill_lengths=(32, 128, 512), decode_contexts=(16, 128),
@@ -90,7 +92,7 @@ PROFILES = {
         server_output_lengths=(16,), server_new_tokens=16,
     ),
     "full": Profile(
-        name="full", rounds=15, warmup_rounds=2,
+        name="full", rounds=15, warmup_rounds=2, passes=5,
         output_lengths=(10, 50, 100, 200, 250), input_lengths=(64, 128, 256, 512, 1024, 2048),
         input_sweep_new_tokens=32,
         chat_passage_tokens=1024, kv_prompt_tokens=128, kv_new_tokens=64,

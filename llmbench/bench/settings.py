@@ -24,6 +24,7 @@ class BenchSettings:
     device: str  # concrete: cpu, cuda or mps
     dtype: str  # concrete torch dtype name
     shuffle_seed: int | None = None
+    passes: int = 1  # the rounds of each case spread over this many passes (interleave)
     disturbed_share: float = DEFAULT_SHARE  # beyond it a round is disturbed (see disturbance)
     server_url: str | None = None
     server_api: str = "native"
@@ -32,7 +33,7 @@ class BenchSettings:
     saved_path_file: str | None = None  # where to tell a script which run was saved
 
     def __post_init__(self) -> None:
-        assert self.rounds >= 1 and self.warmup_rounds >= 0
+        assert self.rounds >= 1 and self.warmup_rounds >= 0 and self.passes >= 1
         assert self.server_api in ("native", "openai")
 
     @property

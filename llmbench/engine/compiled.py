@@ -90,6 +90,9 @@ class CompileCounts:
     def __sub__(self, other: CompileCounts) -> CompileCounts:
         return CompileCounts(self.graphs - other.graphs, self.graph_breaks - other.graph_breaks)
 
+    def __add__(self, other: CompileCounts) -> CompileCounts:
+        return CompileCounts(self.graphs + other.graphs, self.graph_breaks + other.graph_breaks)
+
     def __str__(self) -> str:
         return f"{self.graphs} graphs compiled, {self.graph_breaks} graph breaks"
 
