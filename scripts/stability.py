@@ -240,7 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     watch.add_argument("--json", metavar="FILE", help="also write every round here")
     watch.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     watch.set_defaults(func=_watch)
+    # What follows `--` is pytest's, split off by hand: argparse gives an optional positional
+    # (`nargs="*"`) its empty match at the first positional and then refuses the rest.
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
     args = parser.parse_args(argv)
+    if rest:
+        if args.command != "spread":
+            parser.error("only `spread` passes arguments after `--` to pytest")
+        args.pytest_args = [*args.pytest_args, *rest]
     return args.func(args)
 
 
