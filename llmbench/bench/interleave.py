@@ -62,7 +62,6 @@ class Interleaver:
     after_round: Callable[[], None] = lambda: None  # the control workload, between cases
     cases: list[Deferred] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    seconds: float = 0.0
 
     @property
     def active(self) -> bool:
@@ -91,7 +90,6 @@ class Interleaver:
         for case in cases:
             if case.name not in broken:
                 self._step(case, case.finish, broken)
-        self.seconds += time.perf_counter() - started
         log(f"llmbench: passes done in {time.perf_counter() - started:.0f} s")
 
     def _step(self, case: Deferred, action: Callable[[], None], broken: set[str]) -> bool:
