@@ -126,6 +126,22 @@ def test_environment_differences_name_each_field(field, value, expected):
     assert runs.environment_differences(ENVIRONMENT, other) == [expected]
 
 
+def test_rounds_taken_in_passes_are_another_measurement_than_back_to_back_rounds():
+    """A run saved before passes were recorded took its rounds back to back: one pass."""
+    before = {k: v for k, v in ENVIRONMENT.items() if k != "passes"}
+    in_passes = {**before, "passes": 10}
+    assert runs.environment_differences(before, in_passes) == ["passes 1 vs 10"]
+    assert runs.environment_differences(before, {**before, "passes": 1}) == []
+
+
+def test_the_baseline_is_the_newest_run_taken_in_as_many_passes(tmp_path):
+    one_pass = write_run(tmp_path / "0001_a.json", make_run(1))
+    write_run(tmp_path / "0002_b.json", make_run(2, environment={**ENVIRONMENT, "passes": 10}))
+    assert runs.latest_comparable(tmp_path, ENVIRONMENT) == one_pass
+    with pytest.raises(NoBaseline, match=r"0002_b.json, differs: passes 10 vs 5\)$"):
+        runs.latest_comparable(tmp_path, {**ENVIRONMENT, "passes": 5})
+
+
 def test_fingerprint_difference_lists_its_keys_and_versions_are_allowed():
     other = copy.deepcopy(ENVIRONMENT)
     other["fingerprint"]["num_parameters"] += 1
@@ -170,7 +186,9 @@ def test_latest_comparable_never_takes_another_machines_run_and_says_why(tmp_pat
     assert runs.latest_comparable(tmp_path, ENVIRONMENT) == mine
     with pytest.raises(NoBaseline) as excluded:
         runs.latest_comparable(tmp_path, ENVIRONMENT, exclude=[mine])
-    assert str(excluded.value) == f"{tmp_path} holds 1 other run, none of this environment"
+    assert str(excluded.value) == (f"{tmp_path} holds 1 other run, none of this environment "
+                                   "(the newest, 0002_b.json, differs: device_name "
+                                   "'Another CPU' vs 'Test CPU')")
     with pytest.raises(NoBaseline, match="no llmbench environment record"):
         runs.latest_comparable(tmp_path, None)
 

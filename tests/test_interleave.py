@@ -118,7 +118,7 @@ def test_the_suite_takes_its_rounds_in_passes_and_records_them(tmp_path):
     assert "llmbench: passes 2-5 of 5 over 5 case(s)" in out
     (path,) = tmp_path.glob("*/*.json")
     run = json.loads(path.read_text())
-    assert run["llmbench"]["passes"] == 5
+    assert run["llmbench"]["environment"]["passes"] == 5
     assert len(run["benchmarks"]) == 5
     for bench in run["benchmarks"]:
         assert len(bench["stats"]["data"]) >= 5, bench["name"]

@@ -69,8 +69,10 @@ def test_a_first_run_beside_another_machines_run_succeeds_then_a_slowdown_fails(
     assert "nothing to compare with" in first.output
     (no_baseline,) = [line for line in first.output.splitlines()
                       if line.startswith("no baseline: ")]
-    assert no_baseline == (f"no baseline: {other.parent} holds 1 other run, none of this "
-                           "environment; the report has no comparison")
+    assert no_baseline.startswith(f"no baseline: {other.parent} holds 1 other run, none of "
+                                  f"this environment (the newest, {other.name}, differs: "
+                                  f"device_name {OTHER_CPU!r} vs ")
+    assert no_baseline.endswith("); the report has no comparison")
     (report,) = _reports(suite)
     assert report.parent.name.startswith("0002_")
     assert OTHER_CPU not in report.read_text(encoding="utf-8")  # no baseline section

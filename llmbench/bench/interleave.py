@@ -131,6 +131,8 @@ def pytest_configure(config: pytest.Config) -> None:
     paired = ADDRESS_ENV in os.environ
     passes = settings.passes if _timing(config) and not paired else 1
     record = config.stash.get(RECORD_KEY, None)
+    if record is not None:
+        record.passes = len(shares(settings.rounds, passes))
     config.stash[INTERLEAVER_KEY] = Interleaver(
         passes, after_round=record.measure_control if record is not None else lambda: None)
 

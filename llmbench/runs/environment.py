@@ -1,7 +1,9 @@
 """The environment a run was measured in, and what makes two runs comparable.
 
-An environment is model (and its fingerprint), device and its name, dtype, threads and the
-engine's KV cache kind, compilation and attention: runs
+An environment is model (and its fingerprint), device and its name, dtype, threads, the
+engine's KV cache kind, compilation and attention, and how many passes the rounds were taken
+in (`passes`: a median taken in passes over every case sits a few percent above one taken
+back to back, so the two are different measurements): runs
 of different environments are never compared by accident (`environment_differences`), and
 each environment gets its own folder of runs (`environment_key`). Library versions are
 recorded and shown (`version_differences`), never enforced: comparing a torch or
@@ -18,10 +20,10 @@ from llmbench.errors import UserError
 
 # What makes two runs comparable at all; library versions are deliberately absent.
 MATCHED_FIELDS = ("model", "fingerprint", "device", "device_name", "dtype", "threads",
-                  "kv_cache", "compile", "attn", "weights")
+                  "kv_cache", "compile", "attn", "weights", "passes")
 # What a field means in a run saved before it was recorded: those runs all used this.
 FIELD_DEFAULTS = {"kv_cache": "dynamic", "compile": False, "attn": "auto",
-                  "weights": "native"}
+                  "weights": "native", "passes": 1}
 # Fields of pytest-benchmark's machine_info that change from run to run on the same machine
 # and would make every comparison warn.
 VOLATILE_CPU_FIELDS = ("hz_actual", "hz_actual_friendly", "hz_advertised",

@@ -200,7 +200,18 @@ def latest_comparable(folder: str | os.PathLike, environment: Mapping | None,
     if path is not None:
         return path
     skip = {Path(p).resolve() for p in exclude}
-    others = sum(p.resolve() not in skip for p in list_runs(folder))
-    runs = f"{others} other run{'' if others == 1 else 's'}"
-    raise NoBaseline(f"{folder} holds {runs}, none of this environment" if others
-                     else f"{folder} holds no other run")
+    others = [p for p in list_runs(folder) if p.resolve() not in skip]
+    if not others:
+        raise NoBaseline(f"{folder} holds no other run")
+    runs = f"{len(others)} other run{'' if len(others) == 1 else 's'}"
+    raise NoBaseline(f"{folder} holds {runs}, none of this environment"
+                     + _newest_differs(others[-1], environment))
+
+
+def _newest_differs(path: Path, environment: Mapping) -> str:
+    """How the newest other run differs, so that a user sees why it is not a baseline."""
+    try:
+        differences = environment_differences(load_run(path).environment, environment)
+    except RunError:
+        return ""
+    return f" (the newest, {path.name}, differs: {'; '.join(differences)})"
