@@ -14,7 +14,7 @@ from llmbench.gate.compare import GateResult
 from llmbench.gate.memory import MemoryStatus
 from llmbench.gate.work import WorkFinding, WorkStatus, differing, rule_words, tally
 from llmbench.runs.code import code_of
-from llmbench.runs.environment import FIELD_DEFAULTS
+from llmbench.runs.environment import environment_field
 from llmbench.runs.model import Run
 
 FORMATS = ("text", "markdown", "json")
@@ -234,7 +234,7 @@ def header_lines(result: GateResult) -> list[str]:
         lines.append(f"environment: {env.get('model')} on {env.get('device')} "
                      f"({env.get('device_name')}), {env.get('dtype')}, "
                      f"{env.get('threads')} threads, rounds in "
-                     f"{env.get('passes', FIELD_DEFAULTS['passes'])} pass(es)")
+                     f"{environment_field(env, 'passes')} pass(es)")
     if result.versions:
         diffs = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in result.versions.items())
         lines.append(f"versions differ (allowed): {diffs}")

@@ -13,7 +13,15 @@ from llmbench import gate
 from llmbench.report.plots import PlotOutcome
 from llmbench.report.verdict_plot import FILE as VERDICTS_FILE
 from llmbench.report.work_table import work_table
-from llmbench.runs import FIELD_DEFAULTS, MATCHED_FIELDS, Benchmark, Run, is_number, median
+from llmbench.runs import (
+    FIELD_DEFAULTS,
+    MATCHED_FIELDS,
+    Benchmark,
+    Run,
+    environment_field,
+    is_number,
+    median,
+)
 
 # Groups whose rate is per prompt token: prefill is one parallel pass over the prompt.
 PROMPT_RATE_GROUPS = ("prefill",)
@@ -117,8 +125,9 @@ def _environment_rows(run: Run) -> dict[str, str]:
     env, section = run.environment or {}, run.info
     rows = {k: _env_value(env.get(k)) for k in ("model", "device", "device_name", "dtype",
                                                 "threads")}
-    # The engine configuration; a run saved before these were recorded ran the defaults.
-    rows.update({k: _env_value(env.get(k, FIELD_DEFAULTS[k])) for k in FIELD_DEFAULTS})
+    # The engine configuration and passes; a run saved before these were recorded ran the
+    # defaults.
+    rows.update({k: _env_value(environment_field(env, k)) for k in FIELD_DEFAULTS})
     rows["fingerprint"] = _fingerprint(env.get("fingerprint"))
     rows.update({f"version: {k}": str(v) for k, v in (env.get("versions") or {}).items()})
     rows["thread env"] = _env_value(env.get("thread_env"))

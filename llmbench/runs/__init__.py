@@ -13,6 +13,7 @@ from llmbench.runs.environment import (
     MATCHED_FIELDS,
     EnvironmentMismatch,
     environment_differences,
+    environment_field,
     environment_key,
     library_versions,
     strip_volatile,
@@ -50,9 +51,10 @@ from llmbench.runs.store import (
 __all__ = [
     "BASELINES_DIR", "Benchmark", "Code", "EnvironmentMismatch", "FIELD_DEFAULTS",
     "FORMAT_VERSION", "LATEST", "MATCHED_FIELDS", "NoBaseline", "Run", "RunError",
-    "code_differences", "code_of", "environment_differences", "environment_key",
-    "environment_runs", "injected_slowdowns", "is_number", "is_same_run", "latest_comparable",
-    "latest_run", "library_versions", "list_runs", "load_run", "median", "pool_runs", "read_json",
-    "resolve_run", "run_from_json", "run_number", "same_code", "save_numbered", "saved_history",
-    "strip_volatile", "version_differences", "write_atomic", "write_new_json",
+    "code_differences", "code_of", "environment_differences", "environment_field",
+    "environment_key", "environment_runs", "injected_slowdowns", "is_number", "is_same_run",
+    "latest_comparable", "latest_run", "library_versions", "list_runs", "load_run", "median",
+    "pool_runs", "read_json", "resolve_run", "run_from_json", "run_number", "same_code",
+    "save_numbered", "saved_history", "strip_volatile", "version_differences", "write_atomic",
+    "write_new_json",
 ]

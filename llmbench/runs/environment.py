@@ -66,6 +66,12 @@ def strip_volatile(machine_info: dict) -> None:
             cpu.pop(name, None)
 
 
+def environment_field(environment: Mapping, name: str):
+    """A field of a recorded environment; for a run saved before the field was recorded,
+    what every such run used (`FIELD_DEFAULTS`)."""
+    return environment.get(name, FIELD_DEFAULTS.get(name))
+
+
 def environment_differences(baseline: Mapping | None, candidate: Mapping | None) -> list[str]:
     """What makes two environments incomparable, one readable item each; [] if they match."""
     if baseline is None or candidate is None:
@@ -74,8 +80,7 @@ def environment_differences(baseline: Mapping | None, candidate: Mapping | None)
         return [f"no llmbench environment record in the {' and '.join(which)} run"]
     out = []
     for name in MATCHED_FIELDS:
-        default = FIELD_DEFAULTS.get(name)
-        a, b = baseline.get(name, default), candidate.get(name, default)
+        a, b = environment_field(baseline, name), environment_field(candidate, name)
         if a == b:
             continue
         if name == "fingerprint" and isinstance(a, dict) and isinstance(b, dict):
