@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 from gate_runs import make_run
 
 from llmbench import gate
 from llmbench.bench import confirm, confirm_plan
 from llmbench.errors import UserError
-from llmbench.gate import sequential, stored
+from llmbench.gate import family, sequential, stored
 from llmbench.gate.sequential import Design
 from llmbench.gate.stats import Verdict
 from llmbench.runs import run_from_json
@@ -63,7 +64,9 @@ def test_the_cheapest_to_decide_go_first_and_the_budget_holds():
     cheap, dear = sorted(costs.values(), key=lambda e: e.seconds)
     tight = confirm_plan.plan(candidates, base, cand,
                               budget_s=wide.start_s + cheap.seconds + dear.seconds / 2)
-    assert tight.chosen == (cheap.name,) and tight.left == (dear.name,)
+    # The one that does not fit alone is decided with the family, on fewer pairs.
+    assert tight.chosen == (cheap.name,) and tight.family == (dear.name,)
+    assert tight.family_pairs < dear.pairs
     # A budget too small for anything still tries the cheapest one.
     tiny = confirm_plan.plan(candidates, base, cand, budget_s=1)
     assert tiny.chosen == (cheap.name,)
@@ -77,7 +80,7 @@ def test_stored_regressions_go_first_even_when_dearer():
     marked = [dataclasses.replace(c, verdict=Verdict.REGRESSION) if c.name == dear.name else c
               for c in candidates]
     tight = confirm_plan.plan(marked, base, cand, budget_s=1)
-    assert tight.chosen == (dear.name,) and tight.left == (cheap.name,)
+    assert tight.chosen == (dear.name,) and tight.family == tight.left == (cheap.name,)
 
 
 def test_compiling_counts_on_both_sides():
@@ -125,7 +128,8 @@ def test_every_candidate_goes_to_one_ab_in_the_plans_order_with_its_first_look_r
     wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
     cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
     budget = wide.start_s + cheap.seconds + 1
-    assert confirm_plan.plan(_candidates(base, cand), base, cand, budget).left == (dear.name,)
+    tight = confirm_plan.plan(_candidates(base, cand), base, cand, budget)
+    assert tight.left == tight.family == (dear.name,)
     calls = []
     _fake_ab(monkeypatch, base, cand, calls)
     confirmed = confirm.confirm(gate.compare_runs(base, cand), pytest_args=["--model=tiny"],
@@ -136,7 +140,11 @@ def test_every_candidate_goes_to_one_ab_in_the_plans_order_with_its_first_look_r
     schedule = kw["schedule"]
     assert schedule.unreserved == set(PREFILL)
     assert {k: v for k, v in schedule.items() if k not in schedule.unreserved} == {
-        e.name: pytest.approx(confirm_plan.first_look_s(e)) for e in (cheap, dear)}
+        cheap.name: pytest.approx(confirm_plan.first_look_s(cheap)),
+        dear.name: pytest.approx(confirm_plan.together_s(dear, schedule.family_pairs))}
+    # Its share of alpha is one of the four candidates' (the prefill ones count too).
+    assert schedule.family == {dear.name}
+    assert schedule.family_pairs == family.pairs_for(gate.GateOptions().alpha / 4)
     assert kw["budget_s"] == budget and kw["clearing_alpha"] == gate.GateOptions().alpha
     assert kw["options"].alpha == pytest.approx(gate.GateOptions().alpha)  # 4 of 4
     assert {c.name: c.verdict for c in confirmed.comparisons} == {
@@ -168,12 +176,12 @@ def test_the_fewest_pairs_for_a_regression_are_those_the_sequential_test_needs(f
 def test_a_stored_regression_is_scheduled_first_with_the_pairs_confirming_it_needs():
     base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
     candidates = _candidates(base, cand)
-    wide = confirm_plan.plan(candidates, base, cand, budget_s=100_000, family=3)
+    wide = confirm_plan.plan(candidates, base, cand, budget_s=100_000, family_size=3)
     cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
     assert list(confirm_plan.schedule(wide)) == [cheap.name, dear.name]
     marked = [dataclasses.replace(c, verdict=Verdict.REGRESSION) if c.name == dear.name else c
               for c in candidates]
-    first = confirm_plan.plan(marked, base, cand, budget_s=100_000, family=3)
+    first = confirm_plan.plan(marked, base, cand, budget_s=100_000, family_size=3)
     schedule = confirm_plan.schedule(first)
     assert list(schedule) == [dear.name, cheap.name]
     # Confirming a regression at its share of alpha takes more pairs than clearing.
@@ -241,3 +249,60 @@ def test_a_stored_regression_the_budget_left_out_is_not_confirmed_here_and_in_co
     assert confirmed.exit_code == 1  # the one it re-measured was confirmed
     again = stored.apply_recorded(result.comparisons, confirmed.confirmation)
     assert {c.name: c.verdict for c in again} == {k: c.verdict for k, c in verdicts.items()}
+
+
+def _family_ab(monkeypatch, base, cand, factor):
+    """Stands for `run_ab`: the one decided alone confirmed on 18 pairs, each family member
+    given its pairs, `factor` times slower on the candidate (a seeded spread)."""
+    def fake_ab(rev, **kw):
+        schedule = kw["schedule"]
+        rng = np.random.default_rng(7)
+        records = []
+        for name in schedule.family:
+            b = [0.3 * math.exp(rng.normal(0, 0.01)) for _ in range(schedule.family_pairs)]
+            records.append({"name": name, "threshold": 0.10, "baseline": b,
+                            "candidate": [x * factor * math.exp(rng.normal(0, 0.01))
+                                          for x in b]})
+        names = [a for a in kw["pytest_args"] if "::" in a]
+        stored_result = gate.compare_runs(base, cand)
+        return dataclasses.replace(stored_result, code=None, pairing={"benchmarks": records},
+                                   comparisons=tuple(
+            dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, n_pairs=schedule.family_pairs,
+                                reason="P_adj=1, not decided")
+            if c.name in schedule.family else
+            dataclasses.replace(c, verdict=Verdict.REGRESSION, n_pairs=18, reason="paired")
+            if c.name not in schedule.unreserved else
+            dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, reason="unpaired")
+            for c in stored_result.comparisons if c.name in names))
+
+    monkeypatch.setattr("llmbench.ab.run_ab", fake_ab)
+
+
+@pytest.mark.parametrize("factor, named", [(1.5, True), (1.0, False)])
+def test_the_candidates_decided_together_are_named_by_the_family_and_so_recorded(
+        monkeypatch, factor, named):
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
+    cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
+    _family_ab(monkeypatch, base, cand, factor)
+    result = gate.compare_runs(base, cand)
+    confirmed = confirm.confirm(result, pytest_args=["--model=tiny"],
+                                budget_s=wide.start_s + cheap.seconds + 1)
+    verdicts = {c.name: c for c in confirmed.comparisons}
+    together = confirmed.confirmation["family"]
+    assert together["benchmarks"] == [dear.name] and together["alpha"] == pytest.approx(0.05 / 4)
+    assert together["regression"] == ([dear.name] if named else [])
+    if named:
+        assert verdicts[dear.name].verdict is Verdict.REGRESSION
+        assert "with its family: a closed test" in verdicts[dear.name].reason
+        assert verdicts[dear.name].ratio == pytest.approx(1.5, rel=0.03)
+    else:
+        assert verdicts[dear.name].verdict is Verdict.NOT_CONFIRMED
+        assert "not named with its family" in verdicts[dear.name].reason
+    text = gate.render_text(confirmed)
+    assert (f"1 slower benchmark(s) decided together ({together['pairs']} pairs each, a closed "
+            f"test at alpha 0.013): {int(named)} named a regression") in text
+    # Read back from the saved run, as compare and history do: the same verdicts.
+    again = stored.apply_recorded(result.comparisons, confirmed.confirmation)
+    assert {c.name: c.verdict for c in again} == {c.name: c.verdict for c in
+                                                  confirmed.comparisons}

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -64,6 +65,7 @@ POLL_S = 1.0  # how often a wait checks that the worker is still alive
 CONNECT_TIMEOUT_S = 300.0  # starting pytest and importing torch; a slow disk is slow
 SIDES = ("baseline", "candidate")
 CLEARED = "cleared"  # a record's stop: its pairs rule out a regression (a confirmation's)
+FAMILY = "family"  # a record's stop: a family member with its pairs (`gate.family`)
 
 
 class SideFailed(ABError):
@@ -367,6 +369,7 @@ class Coordinator:
         started = time.monotonic()
         allowed = share
         m = self.progress.total
+        together = nodeid in getattr(self.schedule, "family", frozenset())
         index = n = 0
         while True:
             for worker in ((base, cand) if index % 2 == 0 else (cand, base)):
@@ -385,20 +388,15 @@ class Coordinator:
             spent = now - started
             d = sequential.log_ratios(base.timed.get(nodeid, [])[:n],
                                       cand.timed.get(nodeid, [])[:n])
-            found = sequential.stop_decision(d, self.design, record.threshold, m) if n else None
-            next_look = self.design.next_look(n)
             per_pair = spent / index
-            if found is None and self.focus and self.design.is_look(n):
-                allowed = self._allowance(record, d, share, per_pair, started, now)
-            if found is not None:
-                record.stopped = found.value
-            elif (self.clearing is not None and self.design.is_look(n)
-                  and sequential.clears(d, self.clearing, record.threshold)):
-                record.stopped = CLEARED
-            elif next_look is None:
-                record.stopped = "max pairs"
-            elif spent + per_pair * (next_look - n) > allowed:
-                record.stopped = "budget"  # its next look would not fit in what it may take
+            if together:
+                record.stopped = self._member_stop(record, d, allowed - spent, per_pair)
+            else:
+                record.stopped = self._alone_stop(record, d, m, per_pair, spent, allowed)
+                if not record.stopped and self.focus and self.design.is_look(n):
+                    allowed = self._allowance(record, d, share, per_pair, started, now)
+                    if spent + per_pair * (self.design.next_look(n) - n) > allowed:
+                        record.stopped = "budget"
             self.progress.show(f"; {nodeid}: {n} pairs")
             if record.stopped:
                 break
@@ -407,6 +405,44 @@ class Coordinator:
         self.progress.show(f"; {nodeid}: {record.stopped} after {n} pairs", force=True)
         for worker in (base, cand):
             self.grant(worker, ["stop"])
+
+    def _alone_stop(self, record: BenchmarkRecord, d, m: int, per_pair: float, spent: float,
+                    allowed: float) -> str:
+        """Why a benchmark decided alone stops after its latest pair ("" to go on): decided
+        at a look (a regression or improvement at alpha / m), cleared, out of pairs, or its
+        next look does not fit in what it may take."""
+        n = d.size
+        found = sequential.stop_decision(d, self.design, record.threshold, m) if n else None
+        next_look = self.design.next_look(n)
+        if found is not None:
+            return found.value
+        if (self.clearing is not None and self.design.is_look(n)
+                and sequential.clears(d, self.clearing, record.threshold)):
+            return CLEARED
+        if next_look is None:
+            return "max pairs"
+        if spent + per_pair * (next_look - n) > allowed and not (
+                self.focus and self.design.is_look(n)):
+            return "budget"  # its next look would not fit in what it may take
+        return ""
+
+    def _member_stop(self, record: BenchmarkRecord, d, left_s: float, per_pair: float) -> str:
+        """Why a member of the family (`gate.family`) stops after its latest pair ("" to go
+        on). It takes the family's pairs and no more, unless its pairs do not point past
+        the threshold: then it goes on to the first look that can clear it while that fits.
+        Its pairs never name a regression alone; the family does."""
+        n, wanted = d.size, self.schedule.family_pairs
+        if n < wanted:
+            return "" if per_pair * (wanted - n) <= left_s else "budget"
+        if (self.clearing is not None and self.design.is_look(n)
+                and sequential.clears(d, self.clearing, record.threshold)):
+            return CLEARED
+        first = self.design.looks[0]
+        centre, _, _ = sequential.walsh_interval(d, self.design.look_alpha)
+        if (self.clearing is not None and n < first and centre <= math.log1p(record.threshold)
+                and per_pair * (first - n) <= left_s):
+            return ""
+        return FAMILY
 
     def _share(self, nodeid: str, now: float, remaining: int) -> float | None:
         """What `nodeid` may take of the budget at its turn (`shares`); None: skip it. The
@@ -451,7 +487,11 @@ class Coordinator:
             self.progress.show(f"; {record.name}: slower in its pairs (x{est.ratio:.3f}, "
                                f"CI [{est.ci_low:.3f}, {est.ci_high:.3f}] after {est.n}): "
                                "it may take the rest of the budget", force=True)
-        return max(share, self.deadline - started)
+        # The rest of the budget, less what the family members still to come keep: they are
+        # decided on their pairs alone, and the family may name more than this one does.
+        kept = (0.0 if self.schedule is None else shares.reserved_for_family(
+            record.name, self.deadline - now, self.schedule, set(self.records)))
+        return max(share, self.deadline - started - kept)
 
     def finish(self) -> None:
         """Let each side end its session (save its run) in turn."""

@@ -15,7 +15,10 @@ reserved for (`Schedule.unreserved`: a confirmation's candidates that the stored
 not decide either way, after the slower ones): each may take its own first look, with a
 margin, while that fits in what is left, and more only when its pairs point at a regression
 (`focus`). An equal share of what is left is often less than a first look, and a pair or
-two decide nothing: on the whole quick suite 23 such benchmarks got one pair each.
+two decide nothing: on the whole quick suite 23 such benchmarks got one pair each. The
+slower candidates the budget cannot decide alone are a family (`Schedule.family`,
+`gate.family`): each member's reservation is its few pairs, which a benchmark that takes
+the rest of the budget leaves them (`reserved_for_family`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ class Schedule(Mapping[str, float]):
 
     first_looks: Mapping[str, float]
     unreserved: frozenset[str] = field(default_factory=frozenset)
+    # Slower candidates decided together (`gate.family`): each takes `family_pairs` pairs,
+    # its reservation, and no regression is named from its pairs alone.
+    family: frozenset[str] = field(default_factory=frozenset)
+    family_pairs: int = 0
 
     def __getitem__(self, name: str) -> float:
         return self.first_looks[name]
@@ -44,6 +51,20 @@ class Schedule(Mapping[str, float]):
 
     def __len__(self) -> int:
         return len(self.first_looks)
+
+
+def reserved_for_family(nodeid: str, left_s: float, schedule: Mapping[str, float],
+                        started: set[str]) -> float:
+    """What the family members after `nodeid` that have not started keep of the `left_s`
+    seconds, as far as it holds them: a benchmark that takes the rest of the budget (`focus`)
+    leaves them that, since they are decided only on their pairs."""
+    members = getattr(schedule, "family", frozenset())
+    kept = 0.0
+    for name in schedule:
+        if name in members and name != nodeid and name not in started:
+            if kept + schedule[name] <= left_s:
+                kept += schedule[name]
+    return kept
 
 
 def equal_share(left_s: float, remaining: int) -> float:

@@ -8,7 +8,10 @@ this repository, the suite's gate re-measures the slower benchmarks as `llmbench
 the baseline's commit in a temporary worktree against the working tree, one round each in
 turn, judged sequentially within `--confirm-budget` (wall time, both sides' start included),
 every candidate in one A/B, the stored regressions first, then the cheapest to decide, each
-with the time of its first deciding look reserved (`confirm_plan`, `ab.shares`). It
+with the time of its first deciding look reserved (`confirm_plan`, `ab.shares`). The slower
+benchmarks the budget cannot decide alone (a slowdown in the decode loop makes two dozen
+slower) are decided together: each takes the same few pairs, and a closed test over them
+names each one whose every subset is past the threshold (`gate.family`). It
 focuses (`ab.focus`): one decided regression fails the run, so a benchmark whose pairs
 already point at a regression may take the rest of the budget rather than its share, with
 which a slowdown just past the threshold is often left undecided. What the budget leaves
@@ -34,7 +37,8 @@ from typing import TextIO
 from llmbench import runs
 from llmbench.bench import confirm_plan
 from llmbench.errors import UserError
-from llmbench.gate import GateResult, stored, summary_line
+from llmbench.gate import GateResult, family, sequential, stored, summary_line
+from llmbench.gate.sequential import Design
 from llmbench.gate.stats import Verdict
 
 
@@ -119,14 +123,18 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
 
     commit = result.baseline.commit_info["id"]
     candidates = [c for c in result.comparisons if c.name in keys]
-    chosen = confirm_plan.plan(candidates, result.baseline, result.candidate, budget_s)
+    chosen = confirm_plan.plan(candidates, result.baseline, result.candidate, budget_s,
+                               design=Design(alpha=result.options.alpha),
+                               family_size=len(keys))
     first_looks = confirm_plan.schedule(chosen)
-    schedule = shares.Schedule(first_looks, chosen.undecided & first_looks.keys())
+    schedule = shares.Schedule(first_looks, chosen.undecided & first_looks.keys(),
+                               frozenset(chosen.family), chosen.family_pairs)
     _say(log, chosen, len(slower_keys), len(schedule) - len(schedule.unreserved),
          len(schedule.unreserved), commit, budget_s)
-    # A regression is named: each candidate is tested at alpha / M, M counting every
-    # candidate (Bonferroni, as the plan assumed when it costed them; the A/B splits its
-    # alpha over those it is given). Clearing is one claim about them all (none is past the
+    # A regression is named: each candidate decided alone is tested at alpha / M, M counting
+    # every candidate (Bonferroni, as the plan assumed when it costed them; the A/B splits
+    # its alpha over those it is given), and the family at the shares of its L members,
+    # alpha L / M (`gate.family`). Clearing is one claim about them all (none is past the
     # threshold), tested at the unsplit alpha (`sequential`, Clearing).
     tested = list(schedule)
     options = dataclasses.replace(result.options, normalize=False,
@@ -143,6 +151,7 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     # Those it reached after the deadline, or whose first look no longer fitted, have no
     # pair: the budget left them out.
     judged = {c.name: c for c in paired.comparisons if c.n_pairs}
+    together = _together(chosen, paired.pairing, judged)
     left = [name for name in keys if name not in judged]
     confirmation = {"status": "ran", "against": commit,
                     "baseline": stored.run_stamp(result.baseline),
@@ -151,10 +160,48 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
                     "seconds": round(time.monotonic() - started, 1),
                     "summary": summary_line(paired),
                     "comparisons": [stored.comparison_json(c) for c in judged.values()]}
+    if together is not None:
+        confirmation["family"] = together
     comparisons = _left_out(stored.settle(result.comparisons, judged), left, commit)
     return dataclasses.replace(
         result, comparisons=stored.apply_recorded(comparisons, confirmation, settled=True),
         confirmation=confirmation)
+
+
+def _together(chosen: confirm_plan.Plan, pairing: dict | None, judged: dict) -> dict | None:
+    """The family's members judged together on their pairs (`gate.family`), `judged`
+    updated in place: a member named is a regression, one not named and not otherwise
+    decided says so. What the confirmation records of the family; None without one."""
+    if not chosen.family:
+        return None
+    records = {r["name"]: r for r in (pairing or {}).get("benchmarks", ())
+               if r["name"] in chosen.family}
+    ratios = {name: sequential.log_ratios(r["baseline"], r["candidate"])
+              for name, r in records.items() if r["baseline"] and r["candidate"]}
+    members = family.decide(ratios, {name: r["threshold"] for name, r in records.items()},
+                            chosen.family_level, chosen.family_pairs)
+    for name, member in members.items():
+        c = judged[name]
+        words = (f"{len(members)} members, {member.pairs} pairs each, P_adj="
+                 f"{member.p_adjusted:.2g} at alpha {chosen.family_level:.2g}")
+        if member.regression:
+            judged[name] = dataclasses.replace(
+                c, verdict=Verdict.REGRESSION, ratio=member.ratio, ci_low=member.ci_low,
+                ci_high=member.ci_high, p_value=member.p_adjusted,
+                p_adjusted=member.p_adjusted, rounds_needed=None,
+                reason=f"slower beyond +{c.threshold:.0%} with its family: a closed test "
+                       f"of the slower benchmarks decided together ({words})")
+        elif c.verdict is Verdict.REGRESSION:
+            # Its pairs alone name no regression: their share of alpha is the family's.
+            judged[name] = dataclasses.replace(
+                c, verdict=Verdict.INCONCLUSIVE, reason=f"not named with its family ({words})")
+        elif c.verdict is Verdict.INCONCLUSIVE and not c.reason.startswith("cleared"):
+            judged[name] = dataclasses.replace(
+                c, reason=f"{c.reason}; not named with its family ({words}): a subset that "
+                          "holds it is not past the threshold")
+    return {"benchmarks": sorted(members), "pairs": chosen.family_pairs,
+            "alpha": chosen.family_level,
+            "regression": sorted(name for name, m in members.items() if m.regression)}
 
 
 def _say(log: TextIO | None, chosen: confirm_plan.Plan, slower: int, scheduled: int,
@@ -166,10 +213,13 @@ def _say(log: TextIO | None, chosen: confirm_plan.Plan, slower: int, scheduled: 
     if undecided:
         what += (f"{', then ' if slower else ''}{undecided} the stored runs could not "
                  "decide, on what is left")
+    together = (f"; {len(chosen.family)} the budget cannot decide alone are decided "
+                f"together, {chosen.family_pairs} pairs each" if chosen.family else "")
     # A line of its own: pytest's progress line may not have ended yet.
     print(f"\nllmbench: confirming {what}, by a paired A/B against {commit[:8]} within "
-          f"{budget_s:.0f} s; the budget is expected to decide {len(chosen.chosen)}, the "
-          "rest while time is left", file=log, flush=True)
+          f"{budget_s:.0f} s{together}; the budget is expected to decide "
+          f"{len(chosen.chosen) + len(set(chosen.family) - set(chosen.left))}, the rest while "
+          "time is left", file=log, flush=True)
 
 
 def _left_out(comparisons, left: Sequence[str], commit: str):

@@ -26,6 +26,13 @@ leaves after the slower benchmarks goes to those (costed, like the slower ones w
 noise, at the first look that can clear them), cheapest first, with nothing reserved for
 them (`ab.shares.Schedule.unreserved`): one it does not reach stays inconclusive, as the
 stored runs left it, and fails nothing.
+
+Decided alone, a regression among more than a dozen candidates needs 18 pairs, and a
+slowdown in the decode loop makes two dozen slower: the budget decides eight. So only the
+slower candidates the budget holds beside the others' family share are decided alone (the
+first always); the rest form a family (`Plan.family`), each member the same few pairs,
+judged together by a closed test at the sum of their shares of alpha (`gate.family`),
+cheapest first, those the budget is not expected to reach listed in `Plan.left`.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmbench import runs
+from llmbench.gate import family
 from llmbench.gate.sequential import DEFAULT_MAX_PAIRS, Design
 from llmbench.gate.stats import Comparison, Verdict
 
@@ -64,12 +72,17 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Plan:
-    chosen: tuple[str, ...]  # to re-measure, cheapest to decide first
-    left: tuple[str, ...]  # not expected to fit: paired after the chosen while time is left
+    chosen: tuple[str, ...]  # decided alone, in order: stored regressions first, then cheapest
+    left: tuple[str, ...]  # not expected to fit: paired after the others while time is left
     estimates: dict[str, Estimate]
     start_s: float
     # Candidates the stored runs could not decide either way: paired after the slower ones.
     undecided: frozenset[str] = frozenset()
+    # Slower candidates the budget cannot decide alone, decided together (`gate.family`):
+    # each takes `family_pairs` pairs, and the family is judged at `family_level`.
+    family: tuple[str, ...] = ()
+    family_pairs: int = 0
+    family_level: float = 0.0
 
 
 def _log_sd(samples: Sequence[float]) -> float:
@@ -117,13 +130,15 @@ def _compile_s(bench: runs.Benchmark) -> float:
 
 
 def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.Run,
-         budget_s: float, design: Design | None = None, family: int | None = None) -> Plan:
+         budget_s: float, design: Design | None = None, family_size: int | None = None
+         ) -> Plan:
     """The candidates to re-measure within `budget_s`: stored regressions first, each group
-    by expected cost, cheapest first, while they fit; the first always, so a small budget
-    still tries one. `family`: how many candidates share alpha (all the slower benchmarks,
-    when these are what an earlier pass left out)."""
+    by expected cost, cheapest first, decided alone while they fit; the first always, so a
+    small budget still tries one. The slower ones that do not fit are decided together, a
+    few pairs each (`Plan.family`). `family_size`: how many candidates share alpha (at least
+    these)."""
     design = design or Design()
-    family = max(family or 0, len(candidates))
+    family_size = max(family_size or 0, len(candidates))
     load = sum(float(v) for v in (candidate.info.get("load_s"), candidate.info.get("warmup_s"))
                if isinstance(v, (int, float)))
     start = START_S + 2 * load  # the two sides load and warm up one after the other
@@ -133,8 +148,8 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
         if base is None or cand is None:
             continue
         if c.verdict is Verdict.REGRESSION:
-            n, first = (pairs_needed(c, base, cand, design, family),
-                        fewest_for_regression(design, family))
+            n, first = (pairs_needed(c, base, cand, design, family_size),
+                        fewest_for_regression(design, family_size))
         else:
             # Costed at the first look that can clear it, not from the stored rounds'
             # spread: a pair's two rounds share their moment on the machine, and on a
@@ -148,16 +163,55 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
         estimates[c.name] = Estimate(c.name, n, seconds, pair_s, first)
     rank = {c.name: _RANK.get(c.verdict, len(_RANK)) for c in candidates}
     order = sorted(estimates.values(), key=lambda e: (rank[e.name], e.seconds))
-    chosen, left, spent = [], [], start
+    undecided = frozenset(c.name for c in candidates if c.verdict is Verdict.INCONCLUSIVE)
+    missing = tuple(c.name for c in candidates if c.name not in estimates)
+    alone, _ = _fit(order, start, budget_s)
+    slower = [e for e in order if e.name not in undecided]
+    if all(e.name in alone for e in slower):
+        return Plan(tuple(alone), tuple(e.name for e in order if e.name not in alone)
+                    + missing, estimates, start, undecided)
+    # Some slower candidates cannot be decided alone: those the budget cannot hold beside
+    # the family's share of every later one are decided together. The pairs are reckoned
+    # for the family as large as the first fit leaves it; a larger family gets a larger
+    # share of alpha, so it needs no more pairs than that.
+    pairs = family.pairs_for(
+        design.alpha * sum(e.name not in alone for e in slower) / family_size)
+    alone, spent = [], start
+    for i, e in enumerate(slower):
+        rest = sum(together_s(later, pairs) for later in slower[i + 1:])
+        if not alone or spent + e.seconds + rest <= budget_s:
+            alone.append(e.name)
+            spent += e.seconds
+    together = [e for e in slower if e.name not in alone]
+    level = design.alpha * len(together) / family_size
+    pairs = family.pairs_for(level)
+    together.sort(key=lambda e: together_s(e, pairs))  # the most members in the budget
+    left = []
+    for e in together:
+        if spent + together_s(e, pairs) <= budget_s:
+            spent += together_s(e, pairs)
+        else:
+            left.append(e.name)
+    left += [e.name for e in order if e.name in undecided and spent + e.seconds > budget_s]
+    return Plan(tuple(alone), (*left, *missing), estimates, start, undecided,
+                tuple(e.name for e in together), pairs, level)
+
+
+def _fit(order: Sequence[Estimate], start: float, budget_s: float) -> tuple[list[str], float]:
+    """The candidates decided alone that fit in `budget_s`, in `order`; the first always,
+    so a small budget still tries one."""
+    chosen, spent = [], start
     for estimate in order:
         if not chosen or spent + estimate.seconds <= budget_s:
             chosen.append(estimate.name)
             spent += estimate.seconds
-        else:
-            left.append(estimate.name)
-    left += [c.name for c in candidates if c.name not in estimates]
-    undecided = frozenset(c.name for c in candidates if c.verdict is Verdict.INCONCLUSIVE)
-    return Plan(tuple(chosen), tuple(left), estimates, start, undecided)
+    return chosen, spent
+
+
+def together_s(estimate: Estimate, pairs: int) -> float:
+    """What a candidate is expected to cost as a member of the family: its `pairs` pairs,
+    any compiling and the move to it."""
+    return (estimate.seconds - estimate.pairs * estimate.pair_s) + pairs * estimate.pair_s
 
 
 def first_look_s(estimate: Estimate) -> float:
@@ -168,11 +222,15 @@ def first_look_s(estimate: Estimate) -> float:
 
 def schedule(chosen: Plan) -> dict[str, float]:
     """Every candidate the plan costed, with the time its first deciding look is expected to
-    take (`ab.shares`): the slower ones in the plan's order (those it expects to fit first),
-    then the undecided ones (`Plan.undecided`, for which nothing is reserved), cheapest
-    first."""
+    take (`ab.shares`): the slower ones decided alone in the plan's order, then the family
+    (each its pairs), then the undecided ones (`Plan.undecided`, for which nothing is
+    reserved), cheapest first."""
+    together = set(chosen.family)
     ordered = [name for name in (*chosen.chosen, *chosen.left) if name in chosen.estimates]
-    slower = [name for name in ordered if name not in chosen.undecided]
+    alone = [name for name in ordered if name not in chosen.undecided | together]
     undecided = sorted((name for name in ordered if name in chosen.undecided),
                        key=lambda name: chosen.estimates[name].seconds)
-    return {name: first_look_s(chosen.estimates[name]) for name in (*slower, *undecided)}
+    return {**{name: first_look_s(chosen.estimates[name]) for name in alone},
+            **{name: together_s(chosen.estimates[name], chosen.family_pairs)
+               for name in chosen.family},
+            **{name: first_look_s(chosen.estimates[name]) for name in undecided}}

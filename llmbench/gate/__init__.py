@@ -1,9 +1,9 @@
 """The regression gate: `stats` (pure functions over arrays, immutable verdicts), `sequential`
-(the paired design), `noise` (the noise between stored runs) and `stored` (what two stored
-runs may conclude), the gate options described once, `compare` (two loaded runs in, verdicts
-out; no file I/O), `work` (counted work, exactly) and `render` (text, markdown, JSON). The
-names below are the gate's API. Running an A/B is not the gate's: `llmbench.ab` runs it and
-hands its runs here to be judged.
+(the paired design), `family` (slower candidates decided together), `noise` (the noise between
+stored runs) and `stored` (what two stored runs may conclude), the gate options described once,
+`compare` (two loaded runs in, verdicts out; no file I/O), `work` (counted work, exactly) and
+`render` (text, markdown, JSON). The names below are the gate's API. Running an A/B is not the
+gate's: `llmbench.ab` runs it and hands its runs here to be judged.
 
 May import: `llmbench.runs`, `llmbench.errors`, `llmbench.argtypes`; never torch, the engine or
 the server (import-linter's contracts in pyproject.toml). `stats` imports nothing of ours.

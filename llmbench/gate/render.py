@@ -210,6 +210,7 @@ def code_lines(result: GateResult) -> list[str]:
                      + (f"; {cleared} cleared (their pairs rule out a regression at alpha "
                         f"{result.options.alpha:g}, one test that none is past the "
                         "threshold)" if (cleared := _cleared(conf)) else "")
+                     + _family_words(conf)
                      + (f"; {len(left)} more slower benchmark(s) its budget did not "
                         "reach are not confirmed" if left else "")
                      + (f"; {unreached} the stored runs could not decide were not reached "
@@ -217,6 +218,17 @@ def code_lines(result: GateResult) -> list[str]:
     elif conf is not None:
         lines.append(f"not confirmed by a paired A/B: {conf.get('why')}")
     return lines
+
+
+def _family_words(confirmation) -> str:
+    """What the family decided together (`gate.family`), for the confirmation's line."""
+    together = confirmation.get("family")
+    if not together:
+        return ""
+    return (f"; {len(together.get('benchmarks') or ())} slower benchmark(s) decided together "
+            f"({together.get('pairs')} pairs each, a closed test at alpha "
+            f"{together.get('alpha', 0):.2g}): {len(together.get('regression') or ())} "
+            "named a regression")
 
 
 def _cleared(confirmation) -> int:

@@ -114,14 +114,20 @@ _ARE = 3 / math.pi  # efficiency of the signed-rank test against t on normal dat
 
 
 @functools.lru_cache(maxsize=256)
-def _signed_rank_cdf(n: int) -> np.ndarray:
-    """P(W+ <= w) for w = 0 .. n(n+1)/2: the exact null distribution of the signed-rank
+def signed_rank_pmf(n: int) -> np.ndarray:
+    """P(W+ = w) for w = 0 .. n(n+1)/2: the exact null distribution of the signed-rank
     statistic of n pairs, each rank's sign a fair coin (counted by dynamic programming)."""
     counts = np.zeros(n * (n + 1) // 2 + 1)
     counts[0] = 1.0
     for rank in range(1, n + 1):
         counts[rank:] = counts[rank:] + counts[:-rank]  # the right side is the old counts
-    return np.cumsum(counts) / 2.0 ** n
+    return counts / 2.0 ** n
+
+
+@functools.lru_cache(maxsize=256)
+def _signed_rank_cdf(n: int) -> np.ndarray:
+    """P(W+ <= w) for w = 0 .. n(n+1)/2."""
+    return np.cumsum(signed_rank_pmf(n))
 
 
 def _lower_cdf(n: int, w: float) -> float:
@@ -142,23 +148,30 @@ def _critical_count(n: int, a: float) -> int:
     return max(0, int(math.floor(mean + special.ndtri(a) * sd - 0.5)) + 1)
 
 
-def _signed_rank_p(d: np.ndarray) -> float:
-    """Two-sided p of Wilcoxon's signed-rank test that d is symmetric about 0."""
+def w_plus(d: np.ndarray) -> float:
+    """Wilcoxon's signed-rank statistic: the sum of the ranks of |d| where d > 0 (a zero
+    counts half)."""
     n = d.size
     magnitude = np.abs(d)
-    if not magnitude.any():
-        return 1.0
     if np.unique(magnitude).size == n:
         ranks = np.empty(n)
         ranks[np.argsort(magnitude)] = np.arange(1, n + 1)
     else:  # midranks; ties are rare in timings
         ranks = scipy_stats.rankdata(magnitude)
-    w_plus = float(ranks[d > 0].sum() + ranks[d == 0].sum() / 2)
+    return float(ranks[d > 0].sum() + ranks[d == 0].sum() / 2)
+
+
+def _signed_rank_p(d: np.ndarray) -> float:
+    """Two-sided p of Wilcoxon's signed-rank test that d is symmetric about 0."""
+    n = d.size
+    if not np.abs(d).any():
+        return 1.0
+    w_plus_d = w_plus(d)
     total = n * (n + 1) / 2
-    return min(1.0, 2 * min(_lower_cdf(n, w_plus), _lower_cdf(n, total - w_plus)))
+    return min(1.0, 2 * min(_lower_cdf(n, w_plus_d), _lower_cdf(n, total - w_plus_d)))
 
 
-def _walsh_interval(d: np.ndarray, a: float) -> tuple[float, float, float]:
+def walsh_interval(d: np.ndarray, a: float) -> tuple[float, float, float]:
     """(Hodges-Lehmann centre, CI low, CI high) in log units: the median of the Walsh
     averages (d_i + d_j) / 2, i <= j, and the interval between the c-th smallest and c-th
     largest of them, at confidence 1 - 2a."""
@@ -173,7 +186,7 @@ def _walsh_interval(d: np.ndarray, a: float) -> tuple[float, float, float]:
 
 def _signed_rank(d: np.ndarray, a: float) -> tuple[float, float, float, float]:
     """(centre, two-sided p, CI low, CI high) in log units, for the log-ratios d."""
-    centre, low, high = _walsh_interval(d, a)
+    centre, low, high = walsh_interval(d, a)
     return centre, _signed_rank_p(d), low, high
 
 
@@ -214,7 +227,7 @@ def estimate(d: Sequence[float], design: Design) -> PairedEstimate | None:
     # last look's.
     smallest_p = min(_signed_rank_p(d[:k]) for k in reached)
     last = d[:reached[-1]]
-    centre, low, high = _walsh_interval(last, design.look_alpha)
+    centre, low, high = walsh_interval(last, design.look_alpha)
     scale = 1.4826 * float(np.median(np.abs(last - np.median(last))))
     return PairedEstimate(n=reached[-1], centre=centre, scale=scale,
                           p_value=min(1.0, len(design.looks) * smallest_p),

@@ -1,0 +1,142 @@
+"""Slower candidates decided together (`llmbench.gate.family`): a closed test over the family,
+a few pairs each, on seeded log-ratios; then the coordinator giving each member its pairs
+(scripted workers on a fake clock, `test_focus`), and the confirmation naming them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+from test_clearing import DESIGN
+from test_focus import Scripted
+from test_shares import Quiet
+
+from llmbench.ab import shares
+from llmbench.gate import family, sequential
+
+THRESHOLD = 0.10
+SPREAD = 0.015  # a pair's log-ratio on a quiet machine
+
+
+def _family(ratios: dict[str, float], n: int, seed: int = 0, spread: float = SPREAD):
+    rng = np.random.default_rng(seed)
+    return {name: math.log(r) + rng.normal(0, spread, n) for name, r in ratios.items()}
+
+
+def _thresholds(d):
+    return {name: THRESHOLD for name in d}
+
+
+@pytest.mark.parametrize("level, pairs", [(0.05, 5), (0.05 * 16 / 32, 6), (0.05 / 32, 10),
+                                          (0.5, family.MIN_PAIRS)])
+def test_each_member_takes_the_fewest_pairs_that_can_name_it_alone(level, pairs):
+    assert family.pairs_for(level) == pairs
+    # All its pairs past the threshold: alone, it is named at this level, and not one pair
+    # sooner (above the least pairs a member takes).
+    one = {"a": np.full(pairs, math.log(1.3)) + np.arange(pairs) * 1e-4}
+    assert family.decide(one, _thresholds(one), level, pairs)["a"].regression
+    if pairs > family.MIN_PAIRS:
+        assert not family.decide(one, _thresholds(one), level, pairs - 1)["a"].regression
+
+
+def test_a_level_outside_zero_and_one_is_refused():
+    with pytest.raises(ValueError, match="family level"):
+        family.pairs_for(0.0)
+
+
+def test_a_family_of_one_is_the_one_sided_signed_rank_test_against_the_threshold():
+    d = _family({"a": 1.12}, 9, seed=3, spread=0.03)
+    member = family.decide(d, _thresholds(d), 0.05, 9)["a"]
+    expected = scipy_stats.wilcoxon(d["a"] - math.log1p(THRESHOLD), alternative="greater",
+                                    method="exact").pvalue
+    assert member.p_adjusted == pytest.approx(expected)
+
+
+def test_a_slowdown_shared_by_two_dozen_benchmarks_is_named_in_each_on_five_pairs():
+    d = _family({f"decode_{i}": 1.15 for i in range(24)}, family.MIN_PAIRS)
+    members = family.decide(d, _thresholds(d), 0.05 * 24 / 32, family.MIN_PAIRS)
+    assert all(m.regression for m in members.values())
+    assert all(1.12 < m.ratio < 1.18 and m.ci_low > 1.10 for m in members.values())
+    # Alone, at its share of alpha and the sequential design's looks, each needs 18 pairs.
+    alone = [math.log(1.15)] * 12
+    assert sequential.stop_decision(alone, DESIGN, THRESHOLD, 32) is None
+
+
+def test_the_same_speed_is_never_named():
+    d = _family({f"b_{i}": 1.0 for i in range(24)}, family.MIN_PAIRS)
+    assert not any(m.regression for m in family.decide(d, _thresholds(d), 0.05, 5).values())
+
+
+def test_a_member_not_past_the_threshold_is_never_named_for_its_neighbours():
+    """It dilutes every subset that holds it: the family may then name fewer, never it."""
+    for seed in range(20):
+        d = _family({**{f"decode_{i}": 1.3 for i in range(12)}, "prefill": 1.0}, 6, seed)
+        members = family.decide(d, _thresholds(d), 0.05, 6)
+        assert not members["prefill"].regression
+        assert members["prefill"].p_adjusted > members["decode_0"].p_adjusted
+
+
+def test_named_wrongly_at_most_at_the_level_with_every_member_on_its_threshold():
+    """The worst case of the null: every member exactly at 1 + delta. Over seeds, the share
+    of families in which any member is named stays within the level (closed testing)."""
+    level, trials, named = 0.05, 400, 0
+    for seed in range(trials):
+        d = _family({f"m_{i}": 1 + THRESHOLD for i in range(8)}, 6, seed, spread=0.02)
+        named += any(m.regression for m in family.decide(d, _thresholds(d), level, 6).values())
+    # A binomial bound: at the level, 400 trials exceed 32 with probability < 0.001.
+    assert named <= 32
+
+
+def test_a_member_with_fewer_pairs_is_left_out_and_later_pairs_are_not_judged():
+    d = _family({"short": 1.3, "long": 1.3}, 5)
+    d["short"] = d["short"][:4]
+    d["long"] = np.append(d["long"], [math.log(0.5)] * 10)  # past its n: not judged
+    members = family.decide(d, _thresholds(d), 0.05, 5)
+    assert set(members) == {"long"} and members["long"].regression
+
+
+# The coordinator: one benchmark decided alone, whose pairs point at a regression (it may take
+# the rest of the budget), then six members of the family, each with its five pairs kept.
+MEMBERS = [f"member_{i}" for i in range(6)]
+PAIR_S = 2 * Quiet.ROUND_S
+
+
+def _schedule(pairs=family.MIN_PAIRS):
+    return shares.Schedule({"alone": 12 * PAIR_S, **{m: pairs * PAIR_S for m in MEMBERS}},
+                           family=frozenset(MEMBERS), family_pairs=pairs)
+
+
+def test_the_members_take_their_pairs_which_a_focused_benchmark_leaves_them(clock):
+    """The one decided alone is just past the threshold in noisy pairs: focusing, it would
+    take the rest of the budget (27 pairs) and leave three members none. The members keep
+    their five pairs each, and the family names every one."""
+    ratios = {"alone": 1.16, **{m: 1.6 for m in MEMBERS}}
+    scripted = Scripted(clock, ratios, budget_s=45, focused=True, clearing=DESIGN,
+                        schedule=_schedule(), seed=0)
+    records = scripted.judge()
+    assert records["alone"].focused_at and records["alone"].stopped == "budget"
+    assert all(records[m].stopped == "family" for m in MEMBERS)
+    timed = {side: scripted.workers[side].timed for side in ("baseline", "candidate")}
+    assert all(len(timed["candidate"][m]) == family.MIN_PAIRS for m in MEMBERS)
+    assert clock.now <= 1000 + 45
+    d = {m: sequential.log_ratios(timed["baseline"][m], timed["candidate"][m]) for m in MEMBERS}
+    members = family.decide(d, _thresholds(d), 0.05 * 6 / 7, family.MIN_PAIRS)
+    assert all(m.regression for m in members.values())
+
+
+def test_a_member_of_the_same_speed_goes_on_to_the_look_that_clears_it(clock):
+    ratios = {"alone": 1.3, **{m: 1.0 for m in MEMBERS}}
+    records = Quiet(clock, ratios, budget_s=200, focused=True, clearing=DESIGN,
+                    schedule=_schedule()).judge()
+    assert all(records[m].stopped == "cleared" for m in MEMBERS)
+
+
+def test_a_member_whose_pairs_cannot_fit_stops_and_is_left_to_the_budget(clock):
+    ratios = {m: 1.3 for m in MEMBERS[:2]}
+    schedule = shares.Schedule({m: 2 * PAIR_S for m in MEMBERS[:2]},
+                               family=frozenset(MEMBERS[:2]), family_pairs=5)
+    records = Quiet(clock, ratios, budget_s=2.5 * PAIR_S, focused=True, clearing=DESIGN,
+                    schedule=schedule).judge()
+    assert records[MEMBERS[0]].stopped == "budget"
