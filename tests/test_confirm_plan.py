@@ -306,3 +306,21 @@ def test_the_candidates_decided_together_are_named_by_the_family_and_so_recorded
     again = stored.apply_recorded(result.comparisons, confirmed.confirmation)
     assert {c.name: c.verdict for c in again} == {c.name: c.verdict for c in
                                                   confirmed.comparisons}
+
+
+def test_slower_ones_that_fit_only_if_cleared_are_decided_together():
+    """Within the noise between runs, each is costed at the first look that clears it; two
+    of them fit so, not at the look that names a regression, which a real slowdown needs."""
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    candidates = _candidates(base, cand)
+    wide = confirm_plan.plan(candidates, base, cand, budget_s=100_000)
+    cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
+    look = confirm_plan.fewest_for_regression(Design(), 2)
+    assert look > cheap.pairs == dear.pairs  # 12 pairs to name one, 8 to clear it
+    budget = (wide.start_s + cheap.seconds + (look - cheap.pairs) * cheap.pair_s
+              + confirm_plan.together_s(dear, family.pairs_for(0.05 / 2)) + 1)
+    both_alone = wide.start_s + sum(e.seconds + (look - e.pairs) * e.pair_s for e in (cheap, dear))
+    assert budget < both_alone
+    plan = confirm_plan.plan(candidates, base, cand, budget_s=budget)
+    assert plan.chosen == (cheap.name,) and plan.family == (dear.name,) and not plan.left
+    assert confirm_plan.plan(candidates, base, cand, budget_s=100_000).family == ()

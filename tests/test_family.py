@@ -140,3 +140,12 @@ def test_a_member_whose_pairs_cannot_fit_stops_and_is_left_to_the_budget(clock):
     records = Quiet(clock, ratios, budget_s=2.5 * PAIR_S, focused=True, clearing=DESIGN,
                     schedule=schedule).judge()
     assert records[MEMBERS[0]].stopped == "budget"
+
+
+def test_a_benchmark_decided_alone_leaves_the_members_their_pairs_before_later_ones():
+    schedule = shares.Schedule({"first": 10.0, "later": 20.0, "m1": 5.0, "m2": 5.0},
+                               family=frozenset({"m1", "m2"}), family_pairs=5)
+    # 30 s left: the first's own 10, both members' 10; the later one (20) no longer fits.
+    assert shares.reserved_share("first", 30.0, schedule) == pytest.approx(20.0)
+    assert shares.reserved_for_family("first", 30.0, schedule, {"first"}) == pytest.approx(10.0)
+    assert shares.reserved_for_family("first", 30.0, schedule, {"first", "m1"}) == 5.0

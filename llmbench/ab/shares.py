@@ -103,6 +103,10 @@ def reserved_share(nodeid: str, left_s: float, schedule: Mapping[str, float]) ->
         return min(left_s, UNRESERVED_MARGIN * own)
     names = list(schedule)
     later_names = names[names.index(nodeid) + 1:] if nodeid in schedule else []
+    # The family's members first: they are decided on a few pairs each, together, where a
+    # later benchmark decided alone needs a dozen or more (`gate.family`).
+    members = getattr(schedule, "family", frozenset())
+    later_names.sort(key=lambda name: name not in members)
     reserved = 0.0
     for name in later_names:
         # One that does not fit is skipped at its turn; a cheaper one after it may fit.

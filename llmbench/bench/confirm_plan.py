@@ -165,23 +165,34 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
     order = sorted(estimates.values(), key=lambda e: (rank[e.name], e.seconds))
     undecided = frozenset(c.name for c in candidates if c.verdict is Verdict.INCONCLUSIVE)
     missing = tuple(c.name for c in candidates if c.name not in estimates)
-    alone, _ = _fit(order, start, budget_s)
     slower = [e for e in order if e.name not in undecided]
-    if all(e.name in alone for e in slower):
+    # Decided alone, a slower benchmark within the noise between runs is cleared at the
+    # first look when the drift made it, and needs the look that names a regression when
+    # the code did: whether they all fit alone is reckoned at the dearer.
+    regression_look = fewest_for_regression(design, family_size)
+
+    def alone_s(e: Estimate) -> float:
+        return e.seconds + max(0, regression_look - e.pairs) * e.pair_s
+
+    fit, spent = 0, start
+    for e in slower:
+        if not fit or spent + alone_s(e) <= budget_s:
+            fit, spent = fit + 1, spent + alone_s(e)
+    if fit == len(slower):
+        alone, _ = _fit(order, start, budget_s)
         return Plan(tuple(alone), tuple(e.name for e in order if e.name not in alone)
                     + missing, estimates, start, undecided)
-    # Some slower candidates cannot be decided alone: those the budget cannot hold beside
-    # the family's share of every later one are decided together. The pairs are reckoned
-    # for the family as large as the first fit leaves it; a larger family gets a larger
-    # share of alpha, so it needs no more pairs than that.
-    pairs = family.pairs_for(
-        design.alpha * sum(e.name not in alone for e in slower) / family_size)
+    # They do not: those the budget cannot hold beside the family's share of every later
+    # one are decided together. The pairs are reckoned for the family as large as decided
+    # alone would leave it; a larger family gets a larger share of alpha, so it needs no
+    # more pairs than that.
+    pairs = family.pairs_for(design.alpha * (len(slower) - fit) / family_size)
     alone, spent = [], start
     for i, e in enumerate(slower):
         rest = sum(together_s(later, pairs) for later in slower[i + 1:])
-        if not alone or spent + e.seconds + rest <= budget_s:
+        if not alone or spent + alone_s(e) + rest <= budget_s:
             alone.append(e.name)
-            spent += e.seconds
+            spent += alone_s(e)
     together = [e for e in slower if e.name not in alone]
     level = design.alpha * len(together) / family_size
     pairs = family.pairs_for(level)
