@@ -193,10 +193,13 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
         if not alone or spent + alone_s(e) + rest <= budget_s:
             alone.append(e.name)
             spent += alone_s(e)
+        else:
+            spent += together_s(e, pairs)
     together = [e for e in slower if e.name not in alone]
     level = design.alpha * len(together) / family_size
     pairs = family.pairs_for(level)
     together.sort(key=lambda e: together_s(e, pairs))  # the most members in the budget
+    spent = start + sum(alone_s(e) for e in slower if e.name in alone)
     left = []
     for e in together:
         if spent + together_s(e, pairs) <= budget_s:
