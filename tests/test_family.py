@@ -29,16 +29,19 @@ def _thresholds(d):
     return {name: THRESHOLD for name in d}
 
 
-@pytest.mark.parametrize("level, pairs", [(0.05, 5), (0.05 * 16 / 32, 6), (0.05 / 32, 10),
+@pytest.mark.parametrize("level, pairs", [(0.05, 6), (0.05 * 16 / 32, 7), (0.05 / 32, 11),
                                           (0.5, family.MIN_PAIRS)])
-def test_each_member_takes_the_fewest_pairs_that_can_name_it_alone(level, pairs):
+def test_each_member_takes_the_fewest_pairs_that_name_it_alone_with_one_pair_short(
+        level, pairs):
     assert family.pairs_for(level) == pairs
-    # All its pairs past the threshold: alone, it is named at this level, and not one pair
-    # sooner (above the least pairs a member takes).
-    one = {"a": np.full(pairs, math.log(1.3)) + np.arange(pairs) * 1e-4}
+    # Every pair past the threshold but the one nearest it (the smallest): alone, it is
+    # named at this level on these pairs, and not on one pair fewer.
+    ratios = [1.099] + [1.3] * (pairs - 1)
+    one = {"a": np.log(ratios) + np.arange(pairs) * 1e-4}
     assert family.decide(one, _thresholds(one), level, pairs)["a"].regression
     if pairs > family.MIN_PAIRS:
-        assert not family.decide(one, _thresholds(one), level, pairs - 1)["a"].regression
+        fewer = {"a": np.delete(one["a"], 1)}
+        assert not family.decide(fewer, _thresholds(fewer), level, pairs - 1)["a"].regression
 
 
 def test_a_level_outside_zero_and_one_is_refused():

@@ -23,7 +23,7 @@ What it cannot do: a member not past its threshold dilutes every subset it is in
 family mixes a slowdown with benchmarks the slowdown does not touch, fewer members or none
 are named, and they stay not confirmed; a member is never named for its neighbours' pairs.
 A member alone must pass too (the subset of size one), so n is at least the pairs whose
-all-one-way p reaches `level`.
+p, all one way but the smallest pair, reaches `level`.
 
 The level is the sum of the shares of alpha the members would have had alone (alpha L / M):
 with the members decided alone at alpha / M each, the confirmation's chance of a false
@@ -46,11 +46,14 @@ MIN_PAIRS = 5
 
 
 def pairs_for(level: float) -> int:
-    """The pairs each member takes: the fewest at which one member alone, every pair beyond
-    its threshold, is named at `level` (2^-n <= level), and at least MIN_PAIRS."""
+    """The pairs each member takes: the fewest at which one member alone is named at `level`
+    with every pair beyond its threshold but the one nearest it (W+ one short of its
+    largest: p = 2 / 2^n), and at least MIN_PAIRS. A slowdown a few percent past the
+    threshold often has a pair or two just short of it: in the campaign's first run with a
+    family, two members of fifteen missed on that one pair (p = 2 / 2^6 at level 0.028)."""
     if not 0 < level < 1:
         raise ValueError(f"family level must be in (0, 1), got {level!r}")
-    return max(MIN_PAIRS, math.ceil(-math.log2(level) - 1e-12))
+    return max(MIN_PAIRS, math.ceil(1 - math.log2(level) - 1e-12))
 
 
 @dataclass(frozen=True)
