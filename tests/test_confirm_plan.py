@@ -324,3 +324,46 @@ def test_slower_ones_that_fit_only_if_cleared_are_decided_together():
     plan = confirm_plan.plan(candidates, base, cand, budget_s=budget)
     assert plan.chosen == (cheap.name,) and plan.family == (dear.name,) and not plan.left
     assert confirm_plan.plan(candidates, base, cand, budget_s=100_000).family == ()
+
+
+def _with_improvement(base, cand):
+    """The stored comparison with the first prefill benchmark called faster beyond the noise
+    between runs, as a host that moved since the baseline makes it."""
+    plain = gate.compare_runs(base, cand)
+    return dataclasses.replace(plain, comparisons=tuple(
+        dataclasses.replace(c, verdict=Verdict.IMPROVEMENT, reason="faster beyond the noise")
+        if c.name == PREFILL[0] else c for c in plain.comparisons))
+
+
+@pytest.mark.parametrize("reach, verdict", [(None, Verdict.UNCHANGED),
+                                            (1, Verdict.INCONCLUSIVE)])
+def test_a_stored_improvement_is_confirmed_by_the_ab_or_inconclusive(monkeypatch, reach,
+                                                                     verdict):
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    calls = []
+    _fake_ab(monkeypatch, base, cand, calls, reach=reach)
+    result = _with_improvement(base, cand)
+    confirmed = confirm.confirm(result, pytest_args=["--model=tiny"], budget_s=60)
+    schedule = calls[0]["schedule"]
+    assert PREFILL[0] in schedule.unreserved and PREFILL[0] not in schedule.family
+    after = {c.name: c for c in confirmed.comparisons}[PREFILL[0]]
+    assert after.verdict is verdict
+    if verdict is Verdict.INCONCLUSIVE:
+        assert "not an improvement until a paired A/B confirms it" in after.reason
+    again = stored.apply_recorded(result.comparisons, confirmed.confirmation)
+    assert {c.name: c.verdict for c in again}[PREFILL[0]] is verdict
+
+
+def test_a_stored_improvement_no_ab_can_reproduce_is_inconclusive_unless_declined():
+    base, cand = _run(1, A, scale=20), _run(2, B, scale=20)
+    cand.commit_info["dirty"] = True  # the candidate side may be dirty; the baseline not
+    base.commit_info["dirty"] = True
+    result = _with_improvement(base, cand)
+    assert not confirm.to_confirm(result)  # nothing slower
+    not_run = confirm.confirm(result, pytest_args=[], budget_s=60)
+    assert {c.name: c.verdict for c in not_run.comparisons}[PREFILL[0]] is Verdict.INCONCLUSIVE
+    assert not_run.confirmation["status"] == "not run"
+    again = stored.apply_recorded(result.comparisons, not_run.confirmation)
+    assert {c.name: c.verdict for c in again}[PREFILL[0]] is Verdict.INCONCLUSIVE
+    declined = confirm.confirm(result, pytest_args=[], budget_s=None)
+    assert {c.name: c.verdict for c in declined.comparisons}[PREFILL[0]] is Verdict.IMPROVEMENT

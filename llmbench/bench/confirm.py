@@ -52,12 +52,17 @@ def to_confirm(result: GateResult) -> list[str]:
 
 
 def undecided(result: GateResult) -> list[str]:
-    """The benchmarks the stored runs could not decide (inconclusive): the drift between two
-    runs hides a slowdown as readily as it fakes one, so what the confirmation's budget leaves
-    after the slower benchmarks goes to these. One it does not reach stays inconclusive."""
+    """The benchmarks the stored runs could not decide (inconclusive), and those they call
+    faster: the drift between two runs hides a slowdown as readily as it fakes one, and a
+    host whose speed moves more over hours than between the runs that measured the noise
+    makes a stored comparison call its move an improvement, on a benchmark the code did not
+    touch (docs/measurements/2026-12-05-family-decisions.md).
+    What the confirmation's budget leaves after the slower benchmarks goes to these. One it
+    does not decide stays, or becomes, inconclusive (`stored.unproven`)."""
     if result.code is None or result.same_code:
         return []
-    return [c.name for c in result.comparisons if c.verdict is Verdict.INCONCLUSIVE]
+    return [c.name for c in result.comparisons
+            if c.verdict in (Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT)]
 
 
 def why_not(result: GateResult) -> str | None:
@@ -98,8 +103,8 @@ def injected_args(run: runs.Run) -> list[str]:
 def _not_run(result: GateResult, why: str, keys: Sequence[str]) -> GateResult:
     commit = (result.baseline.commit_info.get("id") or "")[:8]
     if why != stored.NO_CONFIRM:
-        result = dataclasses.replace(result, comparisons=stored.unconfirmed(
-            result.comparisons, keys, f"none could run: {why}"))
+        result = dataclasses.replace(result, comparisons=stored.unproven(stored.unconfirmed(
+            result.comparisons, keys, f"none could run: {why}"), keys, f"none could run: {why}"))
     return dataclasses.replace(result, confirmation={
         "status": "not run", "why": why, "against": commit,
         "baseline": stored.run_stamp(result.baseline), "benchmarks": list(keys)})
@@ -112,10 +117,13 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     commit (`budget_s` None: --no-confirm), or with why none ran."""
     slower_keys = to_confirm(result)
     why = stored.NO_CONFIRM if budget_s is None else why_not(result)
-    if why is not None:
-        # With nothing slower, no line of the output calls for an A/B that cannot run.
-        return _not_run(result, why, slower_keys) if slower_keys else result
     open_keys = undecided(result)
+    if why is not None:
+        faster = [c.name for c in result.comparisons if c.verdict is Verdict.IMPROVEMENT]
+        # With nothing slower or faster, no line of the output calls for an A/B that cannot
+        # run.
+        return _not_run(result, why, [*slower_keys, *faster]) if slower_keys or (
+            faster and why != stored.NO_CONFIRM) else result
     keys = [*slower_keys, *open_keys]
     if not keys:
         return result
@@ -228,7 +236,8 @@ def _left_out(comparisons, left: Sequence[str], commit: str):
     out = []
     for c in comparisons:
         if c.name in left:
-            went = ("the slower benchmarks first" if c.verdict is Verdict.INCONCLUSIVE else
+            went = ("the slower benchmarks first" if c.verdict in (
+                Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT) else
                     "stored regressions first, then to the slower benchmarks cheapest to "
                     "decide")
             c = dataclasses.replace(c, reason=(

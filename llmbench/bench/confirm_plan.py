@@ -58,7 +58,9 @@ POWER = 0.8
 # fails the run), then a slower benchmark within the noise (left undecided, it is "not
 # confirmed" and fails the run), then one the stored runs could not decide either way (left
 # undecided, it stays inconclusive, as it was).
-_RANK = {Verdict.REGRESSION: 0, Verdict.NOT_CONFIRMED: 1, Verdict.INCONCLUSIVE: 2}
+_RANK = {Verdict.REGRESSION: 0, Verdict.NOT_CONFIRMED: 1, Verdict.INCONCLUSIVE: 2,
+         Verdict.IMPROVEMENT: 2}
+_OPEN = (Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT)  # neither slower: nothing reserved
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,7 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
         estimates[c.name] = Estimate(c.name, n, seconds, pair_s, first)
     rank = {c.name: _RANK.get(c.verdict, len(_RANK)) for c in candidates}
     order = sorted(estimates.values(), key=lambda e: (rank[e.name], e.seconds))
-    undecided = frozenset(c.name for c in candidates if c.verdict is Verdict.INCONCLUSIVE)
+    undecided = frozenset(c.name for c in candidates if c.verdict in _OPEN)
     missing = tuple(c.name for c in candidates if c.name not in estimates)
     slower = [e for e in order if e.name not in undecided]
     # Decided alone, a slower benchmark within the noise between runs is cleared at the

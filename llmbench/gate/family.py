@@ -49,8 +49,8 @@ def pairs_for(level: float) -> int:
     """The pairs each member takes: the fewest at which one member alone is named at `level`
     with every pair beyond its threshold but the one nearest it (W+ one short of its
     largest: p = 2 / 2^n), and at least MIN_PAIRS. A slowdown a few percent past the
-    threshold often has a pair or two just short of it: in the campaign's first run with a
-    family, two members of fifteen missed on that one pair (p = 2 / 2^6 at level 0.028)."""
+    threshold often has a pair just short of it, and a member that needs every pair past
+    it is then missed (docs/measurements/2026-12-05-family-decisions.md)."""
     if not 0 < level < 1:
         raise ValueError(f"family level must be in (0, 1), got {level!r}")
     return max(MIN_PAIRS, math.ceil(1 - math.log2(level) - 1e-12))

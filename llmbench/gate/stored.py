@@ -9,7 +9,10 @@ The rounds' verdicts (`stats.compare_family`) are kept only where the noise betw
   pair of runs, but not beyond what separate runs of one code differ by (or that noise is not
   measured yet). A paired A/B of the two commits (`confirm`) decides it; its verdict replaces
   the stored one.
-- improvement: likewise, else inconclusive (an unproven improvement fails nothing).
+- improvement: likewise, else inconclusive (an unproven improvement fails nothing). Under the
+  suite's gate a paired A/B confirms it too, and one it does not is inconclusive (`unproven`):
+  a host that moves more over hours than between the runs that measured the noise makes a
+  stored comparison call its move.
 - unchanged: on the rounds, and the noise between runs measured, with its interval within
   [1 / (1 + delta), 1 + delta]; else inconclusive (unmeasured noise proves nothing either
   way, so saving more runs never makes a verdict weaker).
@@ -153,6 +156,17 @@ def unconfirmed(comparisons: Sequence[Comparison], names, why: str) -> tuple[Com
         if c.name in names and c.verdict is Verdict.REGRESSION else c for c in comparisons)
 
 
+def unproven(comparisons: Sequence[Comparison], names, why: str) -> tuple[Comparison, ...]:
+    """The stored improvements among `names` as inconclusive: faster beyond the noise
+    measured between runs, but a host whose speed moves more over hours than between those
+    runs makes a stored comparison call its move; only a paired A/B that confirms it keeps
+    it an improvement."""
+    names = set(names)
+    return tuple(dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None, reason=(
+        f"{c.reason}; not an improvement until a paired A/B confirms it ({why})"))
+        if c.name in names and c.verdict is Verdict.IMPROVEMENT else c for c in comparisons)
+
+
 # The suite's `--no-confirm`: the user declined the A/B, and the stored verdicts stand.
 NO_CONFIRM = "--no-confirm"
 UNDECIDED = "the paired A/B did not decide it"
@@ -170,8 +184,10 @@ def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping, *,
     covered = [*(recorded.get("benchmarks") or ()), *left, *failed_names]
     if recorded.get("status") != "ran":
         why = recorded.get("why")
-        return (tuple(comparisons) if why == NO_CONFIRM
-                else unconfirmed(comparisons, covered, f"none could run: {why}"))
+        if why == NO_CONFIRM:
+            return tuple(comparisons)
+        return unproven(unconfirmed(comparisons, covered, f"none could run: {why}"), covered,
+                        f"none could run: {why}")
     judged = [comparison_from_json(d) for d in recorded.get("comparisons") or ()]
     decided = {c.name for c in judged if c.verdict is not Verdict.INCONCLUSIVE}
     # Every benchmark the A/B judged, whatever the stored verdict is now: the history (and so
@@ -181,4 +197,5 @@ def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping, *,
     out = unconfirmed(comparisons, left, LEFT_OUT)
     if failed_names:
         out = unconfirmed(out, failed_names, f"the further paired A/B failed: {failed.get('why')}")
-    return unconfirmed(out, [k for k in covered if k not in decided], UNDECIDED)
+    open_names = [k for k in covered if k not in decided]
+    return unproven(unconfirmed(out, open_names, UNDECIDED), open_names, UNDECIDED)
