@@ -147,9 +147,13 @@ def test_every_candidate_goes_to_one_ab_in_the_plans_order_with_its_first_look_r
     assert schedule.family_pairs == family.pairs_for(gate.GateOptions().alpha / 4)
     assert kw["budget_s"] == budget and kw["clearing_alpha"] == gate.GateOptions().alpha
     assert kw["options"].alpha == pytest.approx(gate.GateOptions().alpha)  # 4 of 4
+    # The family's member is named only by the family: its pairs here (none recorded) name
+    # nothing, whatever the A/B's own verdict on them.
     assert {c.name: c.verdict for c in confirmed.comparisons} == {
-        CHEAP: Verdict.REGRESSION, DEAR: Verdict.REGRESSION,
+        CHEAP: Verdict.REGRESSION, DEAR: Verdict.NOT_CONFIRMED,
         **{name: Verdict.UNCHANGED for name in PREFILL}}
+    assert "too few pairs to be judged in it" in {
+        c.name: c for c in confirmed.comparisons}[DEAR].reason
     assert confirmed.confirmation["left"] == []
     assert "confirmed by a paired A/B against aaaaaaaa: 4 benchmarks in" in gate.render_text(
         confirmed)
@@ -367,3 +371,24 @@ def test_a_stored_improvement_no_ab_can_reproduce_is_inconclusive_unless_decline
     assert {c.name: c.verdict for c in again}[PREFILL[0]] is Verdict.INCONCLUSIVE
     declined = confirm.confirm(result, pytest_args=[], budget_s=None)
     assert {c.name: c.verdict for c in declined.comparisons}[PREFILL[0]] is Verdict.IMPROVEMENT
+
+
+def test_with_a_family_the_undecided_that_fit_are_still_paired():
+    """The stored runs' undecided (prefill here) follow the family, each while it fits; the
+    schedule holds every one of them, with nothing reserved."""
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    stored_result = gate.compare_runs(base, cand)
+    candidates = [c for c in stored_result.comparisons
+                  if c.verdict in (Verdict.NOT_CONFIRMED, Verdict.INCONCLUSIVE)]
+    wide = confirm_plan.plan(candidates, base, cand, budget_s=100_000)
+    cheap, dear = sorted((wide.estimates[n] for n in (CHEAP, DEAR)), key=lambda e: e.seconds)
+    prefill = sorted((wide.estimates[n] for n in PREFILL), key=lambda e: e.seconds)
+    look = confirm_plan.fewest_for_regression(Design(), len(candidates))
+    pairs = family.pairs_for(0.05 / len(candidates))
+    budget = (wide.start_s + cheap.seconds + (look - cheap.pairs) * cheap.pair_s
+              + confirm_plan.together_s(dear, pairs) + prefill[0].seconds + 1)
+    plan = confirm_plan.plan(candidates, base, cand, budget_s=budget)
+    assert plan.family == (dear.name,)
+    assert plan.chosen == (cheap.name, prefill[0].name) and plan.left == (prefill[1].name,)
+    schedule = confirm_plan.schedule(plan)
+    assert list(schedule) == [cheap.name, dear.name, prefill[0].name, prefill[1].name]

@@ -119,7 +119,8 @@ def confirm(result: GateResult, *, pytest_args: Sequence[str], budget_s: float |
     why = stored.NO_CONFIRM if budget_s is None else why_not(result)
     open_keys = undecided(result)
     if why is not None:
-        faster = [c.name for c in result.comparisons if c.verdict is Verdict.IMPROVEMENT]
+        faster = [c.name for c in result.comparisons
+                  if c.name in open_keys and c.verdict is Verdict.IMPROVEMENT]
         # With nothing slower or faster, no line of the output calls for an A/B that cannot
         # run.
         return _not_run(result, why, [*slower_keys, *faster]) if slower_keys or (
@@ -188,8 +189,17 @@ def _together(chosen: confirm_plan.Plan, pairing: dict | None, judged: dict) -> 
               for name, r in records.items() if r["baseline"] and r["candidate"]}
     members = family.decide(ratios, {name: r["threshold"] for name, r in records.items()},
                             chosen.family_level, chosen.family_pairs)
+    for name in chosen.family:
+        # A member's pairs name no regression alone, whatever the A/B's Holm made of them:
+        # their share of alpha is the family's.
+        c = judged.get(name)
+        if c is not None and name not in members and c.verdict is Verdict.REGRESSION:
+            judged[name] = dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, reason=(
+                f"{c.reason}; a member of the family with too few pairs to be judged in it"))
     for name, member in members.items():
-        c = judged[name]
+        c = judged.get(name)
+        if c is None:
+            continue
         words = (f"{len(members)} members, {member.pairs} pairs each, P_adj="
                  f"{member.p_adjusted:.2g} at alpha {chosen.family_level:.2g}")
         if member.regression:

@@ -208,7 +208,13 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
             spent += together_s(e, pairs)
         else:
             left.append(e.name)
-    left += [e.name for e in order if e.name in undecided and spent + e.seconds > budget_s]
+    for e in order:  # the undecided, after the family: each while it fits
+        if e.name in undecided:
+            if spent + e.seconds <= budget_s:
+                alone.append(e.name)
+                spent += e.seconds
+            else:
+                left.append(e.name)
     return Plan(tuple(alone), (*left, *missing), estimates, start, undecided,
                 tuple(e.name for e in together), pairs, level)
 
@@ -244,7 +250,7 @@ def schedule(chosen: Plan) -> dict[str, float]:
     together = set(chosen.family)
     ordered = [name for name in (*chosen.chosen, *chosen.left) if name in chosen.estimates]
     alone = [name for name in ordered if name not in chosen.undecided | together]
-    undecided = sorted((name for name in ordered if name in chosen.undecided),
+    undecided = sorted((name for name in chosen.estimates if name in chosen.undecided),
                        key=lambda name: chosen.estimates[name].seconds)
     return {**{name: first_look_s(chosen.estimates[name]) for name in alone},
             **{name: together_s(chosen.estimates[name], chosen.family_pairs)

@@ -25,6 +25,11 @@ are named, and they stay not confirmed; a member is never named for its neighbou
 A member alone must pass too (the subset of size one), so n is at least the pairs whose
 p, all one way but the smallest pair, reaches `level`.
 
+The convolution takes the members' pairs as independent, as pairs taken minutes apart are
+once each pair shares its moment on the machine; a state of one side that lasted through
+several members (a co-runner the disturbance check missed) would correlate them and make
+the larger subsets' tails too small. The subset of one still bounds each member alone.
+
 The level is the sum of the shares of alpha the members would have had alone (alpha L / M):
 with the members decided alone at alpha / M each, the confirmation's chance of a false
 regression stays alpha (the union bound). Imports nothing of ours beyond `sequential`.
@@ -80,7 +85,9 @@ def _sum_tails(n: int, members: int) -> list[np.ndarray]:
 
 
 def _tail(tail: np.ndarray, w: float) -> float:
-    index = math.ceil(w - 1e-9)
+    # A tie between magnitudes gives a half rank; the tail from the rank below it keeps the
+    # test conservative (the null distribution counted is the tie-free one).
+    index = math.floor(w + 1e-9)
     return float(tail[index]) if index < tail.size else 0.0
 
 
@@ -89,6 +96,8 @@ def decide(log_ratios: Mapping[str, Sequence[float]], thresholds: Mapping[str, f
     """The members of a family judged together on their first `n` pairs' log-ratios (ln
     candidate / baseline); a member with fewer pairs is left out (not in the result).
     `thresholds`: each member's delta."""
+    if n < 1:
+        raise ValueError(f"a family's members take at least one pair, got {n!r}")
     judged = {name: np.asarray(d, float)[:n] for name, d in log_ratios.items()
               if len(d) >= n}
     if not judged:
