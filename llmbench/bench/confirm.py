@@ -103,8 +103,8 @@ def injected_args(run: runs.Run) -> list[str]:
 def _not_run(result: GateResult, why: str, keys: Sequence[str]) -> GateResult:
     commit = (result.baseline.commit_info.get("id") or "")[:8]
     if why != stored.NO_CONFIRM:
-        result = dataclasses.replace(result, comparisons=stored.unproven(stored.unconfirmed(
-            result.comparisons, keys, f"none could run: {why}"), keys, f"none could run: {why}"))
+        result = dataclasses.replace(result, comparisons=stored.unsettled(
+            result.comparisons, keys, f"none could run: {why}"))
     return dataclasses.replace(result, confirmation={
         "status": "not run", "why": why, "against": commit,
         "baseline": stored.run_stamp(result.baseline), "benchmarks": list(keys)})
@@ -190,15 +190,14 @@ def _together(chosen: confirm_plan.Plan, pairing: dict | None, judged: dict) -> 
     members = family.decide(ratios, {name: r["threshold"] for name, r in records.items()},
                             chosen.family_level, chosen.family_pairs)
     for name in chosen.family:
-        # A member's pairs name no regression alone, whatever the A/B's Holm made of them:
-        # their share of alpha is the family's.
-        c = judged.get(name)
-        if c is not None and name not in members and c.verdict is Verdict.REGRESSION:
-            judged[name] = dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, reason=(
-                f"{c.reason}; a member of the family with too few pairs to be judged in it"))
-    for name, member in members.items():
-        c = judged.get(name)
+        c, member = judged.get(name), members.get(name)
         if c is None:
+            continue
+        if member is None:
+            if c.verdict is Verdict.REGRESSION:  # the A/B's Holm: the family's alpha, not its
+                judged[name] = dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, reason=(
+                    f"{c.reason}; a member of the family with too few pairs to be judged in "
+                    "it"))
             continue
         words = (f"{len(members)} members, {member.pairs} pairs each, P_adj="
                  f"{member.p_adjusted:.2g} at alpha {chosen.family_level:.2g}")

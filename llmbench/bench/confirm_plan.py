@@ -71,6 +71,10 @@ class Estimate:
     pair_s: float = 0.0  # one pair of rounds, with the turn-taking around it
     first_look: int = 0  # the first look that can decide it so (clear it, or confirm it)
 
+    def at(self, pairs: int) -> float:
+        """What it is expected to cost at `pairs` pairs, compiling and the move included."""
+        return self.seconds + (pairs - self.pairs) * self.pair_s
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -174,7 +178,7 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
     regression_look = fewest_for_regression(design, family_size)
 
     def alone_s(e: Estimate) -> float:
-        return e.seconds + max(0, regression_look - e.pairs) * e.pair_s
+        return e.at(max(e.pairs, regression_look))
 
     fit, spent = 0, start
     for e in slower:
@@ -233,13 +237,13 @@ def _fit(order: Sequence[Estimate], start: float, budget_s: float) -> tuple[list
 def together_s(estimate: Estimate, pairs: int) -> float:
     """What a candidate is expected to cost as a member of the family: its `pairs` pairs,
     any compiling and the move to it."""
-    return (estimate.seconds - estimate.pairs * estimate.pair_s) + pairs * estimate.pair_s
+    return estimate.at(pairs)
 
 
 def first_look_s(estimate: Estimate) -> float:
     """What a candidate is expected to cost to its first deciding look: the time a schedule
     reserves for it."""
-    return estimate.seconds - (estimate.pairs - estimate.first_look) * estimate.pair_s
+    return estimate.at(estimate.first_look)
 
 
 def schedule(chosen: Plan) -> dict[str, float]:

@@ -167,6 +167,12 @@ def unproven(comparisons: Sequence[Comparison], names, why: str) -> tuple[Compar
         if c.name in names and c.verdict is Verdict.IMPROVEMENT else c for c in comparisons)
 
 
+def unsettled(comparisons: Sequence[Comparison], names, why: str) -> tuple[Comparison, ...]:
+    """`names` as no paired A/B settled them: a stored regression not confirmed, a stored
+    improvement inconclusive (`unconfirmed`, `unproven`)."""
+    return unproven(unconfirmed(comparisons, names, why), names, why)
+
+
 # The suite's `--no-confirm`: the user declined the A/B, and the stored verdicts stand.
 NO_CONFIRM = "--no-confirm"
 UNDECIDED = "the paired A/B did not decide it"
@@ -186,8 +192,7 @@ def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping, *,
         why = recorded.get("why")
         if why == NO_CONFIRM:
             return tuple(comparisons)
-        return unproven(unconfirmed(comparisons, covered, f"none could run: {why}"), covered,
-                        f"none could run: {why}")
+        return unsettled(comparisons, covered, f"none could run: {why}")
     judged = [comparison_from_json(d) for d in recorded.get("comparisons") or ()]
     decided = {c.name for c in judged if c.verdict is not Verdict.INCONCLUSIVE}
     # Every benchmark the A/B judged, whatever the stored verdict is now: the history (and so
@@ -197,5 +202,4 @@ def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping, *,
     out = unconfirmed(comparisons, left, LEFT_OUT)
     if failed_names:
         out = unconfirmed(out, failed_names, f"the further paired A/B failed: {failed.get('why')}")
-    open_names = [k for k in covered if k not in decided]
-    return unproven(unconfirmed(out, open_names, UNDECIDED), open_names, UNDECIDED)
+    return unsettled(out, [k for k in covered if k not in decided], UNDECIDED)
