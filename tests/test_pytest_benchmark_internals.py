@@ -20,3 +20,31 @@ def test_a_pytest_benchmark_without_them_is_named(monkeypatch):
 
     monkeypatch.delattr(fixture.BenchmarkFixture, "_make_stats")
     assert missing_internals() == ["BenchmarkFixture._make_stats"]
+
+
+def test_a_plugin_that_no_longer_keeps_its_session_on_the_config_is_named(monkeypatch):
+    import pytest_benchmark.plugin as plugin
+
+    from llmbench.ab.pair_worker import missing_internals
+
+    def pytest_configure(config):  # a release that keeps its session elsewhere
+        config.stash["benchmark session"] = object()
+
+    monkeypatch.setattr(plugin, "pytest_configure", pytest_configure)
+    assert missing_internals() == ["config._benchmarksession"]
+
+
+def test_a_session_without_its_benchmarks_is_named(monkeypatch):
+    import pytest_benchmark.session as session
+
+    from llmbench.ab.pair_worker import missing_internals
+
+    class BenchmarkSession:  # a release that renamed what the suite reads
+        def __init__(self, config):
+            self.disabled = False
+
+        def get_machine_info(self):
+            return {}
+
+    monkeypatch.setattr(session, "BenchmarkSession", BenchmarkSession)
+    assert missing_internals() == ["BenchmarkSession.benchmarks"]
