@@ -1,11 +1,11 @@
 """Measure the regression gate on a real model: false alarms and detection, stored and A/B.
 
-    python scripts/gate_trials.py --model smollm2-135m --trials 10 --ab-trials 10
-    python scripts/gate_trials.py --trials 0 --ab-trials 0 --paired-trials 20 \
+    python scripts/gate_trials.py --model smollm2-135m --trials 10
+    python scripts/gate_trials.py --trials 0 --paired-trials 20 \
         -- -k "decode or prefill"
 
 Everything runs from a temporary git worktree of --rev (HEAD by default), so edits made
-meanwhile do not leak into the trials. Three measurements, for the closing note of the
+meanwhile do not leak into the trials. Two measurements, for the closing note of the
 regression-gate issue:
 
 1. Stored baseline: one baseline run, then --trials rounds of (a fresh run of the same
@@ -15,9 +15,7 @@ regression-gate issue:
      (also: with any claimed change, regression or improvement).
    - detection rate: share of --target-group benchmarks called a regression in the slowed
      comparisons (and the share of slowed comparisons that fail the gate at all).
-2. Block A/B (`llmbench ab --blocks`): --ab-trials rounds of (same code on both sides;
-   slowdown on the candidate side), each `--blocks` ABBA blocks of `--ab-rounds` rounds.
-3. Paired A/B (`llmbench ab`, its default): --paired-trials rounds of the --plan, by default
+2. Paired A/B (`llmbench ab`, its default): --paired-trials rounds of the --plan, by default
    A/A and a 15% slowdown at a 10% threshold, a 5% slowdown and A/A at a 2% threshold,
    interleaved so that each kind sees the machine's whole afternoon. Each comparison runs
    within --budget, as `llmbench ab` would; its pairs are kept (pairing.json) under --out,
@@ -58,7 +56,7 @@ class Outcome:
     """One comparison, reduced to what the rates need."""
 
     kind: str  # "aa" or "slow"
-    mode: str  # "stored", "stored+normalize" or "ab"
+    mode: str  # "stored" or "stored+normalize"
     counts: dict[str, int]
     target: list[str]  # verdicts of the target group's benchmarks
     target_ratio: list[float]
@@ -305,13 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rev", default="HEAD", help="the code to measure. Default: HEAD")
     parser.add_argument("--trials", type=int, default=10,
                         help="stored-baseline rounds (one A/A and one slowed run each)")
-    parser.add_argument("--ab-trials", type=int, default=10,
-                        help="A/B rounds (one A/A and one slowed A/B each)")
     parser.add_argument("--rounds", type=int, default=None,
                         help="rounds per benchmark in stored-baseline runs. Default: the "
                              "profile's")
-    parser.add_argument("--blocks", type=int, default=ab.DEFAULT_BLOCKS)
-    parser.add_argument("--ab-rounds", type=int, default=ab.DEFAULT_ROUNDS)
     parser.add_argument("--paired-trials", type=int, default=0,
                         help="paired A/B rounds, each one comparison of every --plan kind")
     parser.add_argument("--plan", default=PAIRED_PLAN,
@@ -359,16 +353,6 @@ def main(argv: list[str] | None = None) -> int:
                     outcomes += judge("slow", base, slow, options, args.target_group,
                                       ("stored", "stored+normalize"))
                     save(out, outcomes, args)
-            for i in range(1, args.ab_trials + 1):
-                for kind, extra in (("aa", ()), ("slow", tuple(inject))):
-                    print(f"A/B: trial {i}/{args.ab_trials} ({kind})", flush=True)
-                    base, cand = ab.run_blocks(
-                        ab.Checkout("baseline", root, commit=sha),
-                        ab.Checkout("candidate", root, extra, commit=sha),
-                        blocks=args.blocks, rounds=args.ab_rounds, pytest_args=common,
-                        workdir=out / f"ab-{kind}-{i:02d}", log=sys.stdout)
-                    outcomes += judge(kind, base, cand, options, args.target_group, ("ab",))
-                    save(out, outcomes, args)
             if args.paired_trials:
                 paired = run_paired_trials(root, sha, out, args, common)
                 print(paired_table(paired, args.target_group))
@@ -401,11 +385,6 @@ def rejudge(kept: Path, args: argparse.Namespace) -> int:
                 outcomes += judge("aa", base, same, options, args.target_group, modes)
             if slow:
                 outcomes += judge("slow", base, slow, options, args.target_group, modes)
-    for trial in sorted(kept.glob("ab-*-[0-9][0-9]"), key=lambda p: (p.name[-2:], p.name)):
-        kind = trial.name.split("-")[1]
-        base, cand = (baselines.pool_runs(runs(trial / side), source=f"{trial.name}/{side}")
-                      for side in ("baseline", "candidate"))
-        outcomes += judge(kind, base, cand, options, args.target_group, ("ab",))
     if not outcomes:
         print(f"gate_trials: error: no kept runs under {kept}", file=sys.stderr)
         return 2
@@ -417,12 +396,12 @@ def rejudge(kept: Path, args: argparse.Namespace) -> int:
 
 
 def noise(kept: Path) -> str:
-    """Where the noise sits, per benchmark: spread of rounds inside one run (or A/B block)
-    against spread of the medians of separate runs (blocks) of the same unchanged code.
+    """Where the noise sits, per benchmark: spread of rounds inside one run against spread
+    of the medians of separate runs of the same unchanged code.
 
-    The rank test treats rounds as independent draws. When runs or blocks differ far more
-    than rounds inside them do, pooled rounds overstate the evidence: this table shows by how
-    much, on the runs at hand. Spreads are standard deviations of log time (~ CV).
+    The rank test treats rounds as independent draws. When runs differ far more than rounds
+    inside them do, a stored comparison's rounds overstate the evidence: this table shows by
+    how much, on the runs at hand. Spreads are standard deviations of log time (~ CV).
     """
     def spread(folders: list[Path]) -> dict[str, tuple[list[float], list[float]]]:
         found: dict[str, tuple[list[float], list[float]]] = {}
@@ -440,21 +419,14 @@ def noise(kept: Path) -> str:
         return found
 
     rows = []
-    stored = spread([kept / "stored"])
-    ab_aa = spread([p / side for p in sorted(kept.glob("ab-aa-[0-9][0-9]"))
-                    for side in ("baseline", "candidate")])
-    for name in dict.fromkeys([*stored, *ab_aa]):
-        cells = []
-        for found in (stored, ab_aa):
-            within, between = found.get(name, ([], []))
-            cells += [f"{np.median(within):.3f}" if within else "-",
-                      f"{np.median(between):.3f}" if between else "-"]
+    for name, (within, between) in spread([kept / "stored"]).items():
+        cells = [f"{np.median(within):.3f}" if within else "-",
+                 f"{np.median(between):.3f}" if between else "-"]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join([
-        "Noise of unchanged code (sd of log time; medians over runs, or over A/B sides):", "",
-        "| benchmark | rounds within a stored run | medians of stored runs | rounds within an "
-        "A/B block | medians of one side's A/B blocks |",
-        "|:--|--:|--:|--:|--:|", *rows])
+        "Noise of unchanged code (sd of log time; medians over runs):", "",
+        "| benchmark | rounds within a stored run | medians of stored runs |",
+        "|:--|--:|--:|", *rows])
 
 
 def save(out: Path, outcomes: list[Outcome], args: argparse.Namespace,

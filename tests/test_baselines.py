@@ -193,28 +193,6 @@ def test_latest_comparable_never_takes_another_machines_run_and_says_why(tmp_pat
         runs.latest_comparable(tmp_path, None)
 
 
-def test_pool_runs_concatenates_samples_of_shared_benchmarks():
-    a = runs.run_from_json(make_run(1, rounds=3), "a")
-    b_json = make_run(2, rounds=4)
-    b_json["benchmarks"].pop()  # one benchmark only in the first run
-    b = runs.run_from_json(b_json, "b")
-    pooled = runs.pool_runs([a, b], "pooled")
-    assert pooled.source == "pooled"
-    assert len(pooled.benchmarks) == 3
-    for key, bench in pooled.benchmarks.items():
-        assert bench.samples == a.benchmarks[key].samples + b.benchmarks[key].samples
-        assert bench.blocks == (3, 4)  # each run's rounds stay one block
-    assert pooled.control_s == a.control_s + b.control_s
-    assert runs.pool_runs([pooled, a], "again").benchmarks[key].blocks == (3, 4, 3)
-
-
-def test_pool_runs_refuses_mixed_environments():
-    a = runs.run_from_json(make_run(1), "a")
-    b = runs.run_from_json(make_run(2, environment={**ENVIRONMENT, "threads": 1}), "b")
-    with pytest.raises(EnvironmentMismatch, match="threads 2 vs 1"):
-        runs.pool_runs([a, b], "pooled")
-
-
 def test_save_numbered_never_overwrites(tmp_path):
     first = runs.save_numbered(tmp_path, {"n": 1}, "abc")
     second = runs.save_numbered(tmp_path, {"n": 2}, "abc")

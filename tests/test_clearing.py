@@ -18,8 +18,7 @@ from test_focus import THRESHOLD, Scripted
 
 from llmbench import runs
 from llmbench.ab import pairing
-from llmbench.bench import confirm_plan
-from llmbench.gate import sequential, stored
+from llmbench.gate import confirm_plan, sequential, stored
 from llmbench.gate.stats import Comparison, Verdict
 
 DESIGN = sequential.Design()

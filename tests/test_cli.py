@@ -16,7 +16,7 @@ from llmbench.cli import main
 from llmbench.engine import models
 from llmbench.engine.device import available_devices
 from llmbench.engine.models import registered_names
-from llmbench.errors import EXIT_USAGE
+from llmbench.errors import Exit
 
 
 def run_main(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -30,7 +30,7 @@ def run_main(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 def assert_user_error(code: int, err: str, *fragments: str) -> None:
-    assert code == EXIT_USAGE
+    assert code == Exit.USAGE
     assert "Traceback" not in err
     lines = err.splitlines()
     assert len(lines) == 1, err
@@ -129,7 +129,7 @@ def test_real_process_prints_one_line_and_exits_2():
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-m", "llmbench", *argv], capture_output=True,
                           text=True, env=env, timeout=300)
-    assert proc.returncode == EXIT_USAGE
+    assert proc.returncode == Exit.USAGE
     assert proc.stdout == ""
     assert_user_error(proc.returncode, proc.stderr, fragment)
 

@@ -12,7 +12,7 @@ import pytest
 from gate_runs import make_run, write_run
 
 from llmbench.ab import child_env
-from llmbench.errors import EXIT_NOT_CONFIRMED, EXIT_OK
+from llmbench.errors import Exit
 
 # Enough benchmarks that the JSON verdicts (~0.7 kB each) overflow a 64 kB pipe buffer: the
 # command is still writing when the reader leaves, whatever the timing.
@@ -39,7 +39,7 @@ def assert_quiet(err: str) -> None:
 
 
 # Twice as slow with no noise between runs measured: not confirmed (6), a non-zero exit.
-@pytest.mark.parametrize("factor, expected", [(1.0, EXIT_OK), (2.0, EXIT_NOT_CONFIRMED)])
+@pytest.mark.parametrize("factor, expected", [(1.0, Exit.OK), (2.0, Exit.NOT_CONFIRMED)])
 def test_compare_piped_into_head_keeps_its_exit_code(tmp_path, factor, expected):
     base = write_run(tmp_path / "base.json", make_run(1, benchmarks=MANY))
     cand = write_run(tmp_path / "cand.json",
@@ -60,4 +60,4 @@ def test_a_reader_gone_before_the_first_write_is_no_error():
     finally:
         os.close(write_end)
     assert_quiet(proc.stderr)
-    assert proc.returncode == EXIT_OK
+    assert proc.returncode == Exit.OK

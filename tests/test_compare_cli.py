@@ -13,7 +13,7 @@ import pytest
 from gate_runs import ENVIRONMENT, make_run, quiet_history_json, tiny_runs, write_run
 
 from llmbench.cli import main
-from llmbench.errors import EXIT_NOT_CONFIRMED, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from llmbench.errors import Exit
 
 
 def compare(capsys, *argv: str) -> tuple[int, str, str]:
@@ -26,7 +26,7 @@ def compare(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def assert_cannot_compare(code: int, out: str, err: str, *fragments: str) -> None:
-    assert code == EXIT_USAGE
+    assert code == Exit.USAGE
     assert out == ""
     assert "Traceback" not in err
     lines = err.splitlines()
@@ -48,7 +48,7 @@ def base(tmp_path):
 def test_no_regression_exits_0_with_table_and_summary(capsys, base, tmp_path):
     cand = write_run(tmp_path / "cand.json", make_run(2))
     code, out, err = compare(capsys, str(base), str(cand))
-    assert (code, err) == (EXIT_OK, "")
+    assert (code, err) == (Exit.OK, "")
     lines = out.splitlines()
     assert lines[0] == f"baseline:  {base} (commit 00000000, 2026-01-01T00:00:00+00:00)"
     assert any(line.startswith("benchmark ") and line.rstrip().endswith("verdict")
@@ -59,7 +59,7 @@ def test_no_regression_exits_0_with_table_and_summary(capsys, base, tmp_path):
 def test_regression_exits_1(capsys, base, tmp_path):
     cand = write_run(tmp_path / "cand.json", make_run(2, factors={"test_prefill[in=32]": 1.5}))
     code, out, _ = compare(capsys, str(base), str(cand))
-    assert code == EXIT_REGRESSION
+    assert code == Exit.REGRESSION
     regressed = [line.split()[0] for line in out.splitlines() if line.endswith(" regression")]
     assert regressed == ["test_prefill[in=32]"]
 
@@ -70,7 +70,7 @@ def test_a_lone_baseline_cannot_prove_a_slowdown_not_confirmed_exits_6(capsys, t
     lone = write_run(tmp_path / "lone" / "0001_a.json", make_run(1))
     cand = write_run(tmp_path / "cand.json", make_run(2, factors={"test_prefill[in=32]": 1.5}))
     code, out, _ = compare(capsys, str(lone), str(cand))
-    assert code == EXIT_NOT_CONFIRMED
+    assert code == Exit.NOT_CONFIRMED
     assert [line.split()[0] for line in out.splitlines() if line.endswith(" not confirmed")] == [
         "test_prefill[in=32]"]
     assert "noise between runs: not measured yet" in out
@@ -85,7 +85,7 @@ def test_options_reach_the_rule(capsys, base, tmp_path):
                            "--threshold-for", "test_prefill[in=128]=5%", "--alpha", "0.01",
                            "--format", "json")
     data = json.loads(out)
-    assert code == EXIT_REGRESSION
+    assert code == Exit.REGRESSION
     assert data["options"]["alpha"] == 0.01
     verdicts = {c["label"]: (c["threshold"], c["verdict"]) for c in data["comparisons"]}
     assert verdicts["test_prefill[in=128]"] == (0.05, "regression")
@@ -96,7 +96,7 @@ def test_options_reach_the_rule(capsys, base, tmp_path):
 def test_markdown_format(capsys, base, tmp_path):
     cand = write_run(tmp_path / "cand.json", make_run(2))
     code, out, _ = compare(capsys, str(base), str(cand), "--format", "markdown")
-    assert code == EXIT_OK
+    assert code == Exit.OK
     assert "| benchmark | baseline | candidate | ratio | CI | p adj | work | verdict |" in out
 
 
@@ -104,9 +104,9 @@ def test_fail_on_inconclusive(capsys, tmp_path):
     a = write_run(tmp_path / "a.json", make_run(1, rounds=3))
     b = write_run(tmp_path / "b.json", make_run(2, rounds=3))
     code, out, _ = compare(capsys, str(a), str(b))
-    assert code == EXIT_OK and "4 inconclusive of 4" in out.splitlines()[-1]
+    assert code == Exit.OK and "4 inconclusive of 4" in out.splitlines()[-1]
     code, out, _ = compare(capsys, str(a), str(b), "--fail-on-inconclusive")
-    assert code == EXIT_REGRESSION
+    assert code == Exit.REGRESSION
 
 
 def _without_samples(run):
@@ -149,7 +149,7 @@ def test_allow_mismatch_overrides_and_says_so(capsys, base, tmp_path):
     cand = write_run(tmp_path / "cand.json", make_run(2, environment={**ENVIRONMENT,
                                                                       "threads": 4}))
     code, out, _ = compare(capsys, str(base), str(cand), "--allow-mismatch")
-    assert code == EXIT_OK
+    assert code == Exit.OK
     assert "ENVIRONMENT MISMATCH (allowed by --allow-mismatch): threads 2 vs 4" in out
 
 
@@ -163,7 +163,7 @@ def test_allow_mismatch_overrides_and_says_so(capsys, base, tmp_path):
 def test_bad_options_exit_2(capsys, base, tmp_path, argv, fragment):
     cand = write_run(tmp_path / "cand.json", make_run(2))
     code, out, err = compare(capsys, str(base), str(cand), *argv)
-    assert code == EXIT_USAGE and fragment in err and "Traceback" not in err
+    assert code == Exit.USAGE and fragment in err and "Traceback" not in err
 
 
 def test_normalize_without_control_samples_exits_2(capsys, base, tmp_path):
@@ -177,7 +177,7 @@ def test_normalize_without_control_samples_exits_2(capsys, base, tmp_path):
 def test_a_folder_compares_its_newest_run(capsys, base, tmp_path):
     write_run(base.parent / "0006_b.json", make_run(3, factors={"decode": 2.0}))
     code, out, _ = compare(capsys, str(base), str(base.parent))
-    assert code == EXIT_REGRESSION
+    assert code == Exit.REGRESSION
     assert f"candidate: {base.parent / '0006_b.json'}" in out
 
 
@@ -210,7 +210,7 @@ def _verdicts(out: str) -> dict[str, str]:
 
 def test_tiny_unchanged_code_is_no_regression(capsys, runs):
     code, out, _ = compare(capsys, runs.base, runs.same, "--threshold", "200%")
-    assert code == EXIT_OK, out
+    assert code == Exit.OK, out
     assert "regression" not in _verdicts(out).values()
 
 
@@ -223,7 +223,7 @@ def test_tiny_slowed_decode_is_not_confirmed_on_decode_only(capsys, runs):
     the rounds but cannot be proven beyond the noise between runs, and prefill is not."""
     code, out, _ = compare(capsys, runs.base, runs.slow, "--threshold", "200%",
                            "--format", "json")
-    assert code == EXIT_NOT_CONFIRMED, out
+    assert code == Exit.NOT_CONFIRMED, out
     verdicts = _json_verdicts(out)
     assert [name for name, v in verdicts.items() if v in ("regression", "not confirmed")] == [
         "test_decode_steps[ctx=16]"]
@@ -233,7 +233,7 @@ def test_tiny_slowed_decode_is_not_confirmed_on_decode_only(capsys, runs):
 def test_tiny_speedup_is_never_a_regression(capsys, runs):
     code, out, _ = compare(capsys, runs.slow, runs.base, "--threshold", "200%",
                            "--format", "json")
-    assert code == EXIT_OK, out
+    assert code == Exit.OK, out
     verdicts = _json_verdicts(out)
     assert verdicts["test_decode_steps[ctx=16]"] == "inconclusive"  # faster, not proven
     assert not {"regression", "not confirmed"} & set(verdicts.values())

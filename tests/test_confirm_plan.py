@@ -1,5 +1,5 @@
 """Which slower benchmarks the confirmation re-measures: those its budget can decide,
-cheapest to decide first (llmbench.bench.confirm_plan), on seeded synthetic runs."""
+cheapest to decide first (llmbench.gate.confirm_plan), on seeded synthetic runs."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 from gate_runs import make_run
 
 from llmbench import gate
-from llmbench.bench import confirm, confirm_plan
+from llmbench.bench import confirm
 from llmbench.errors import UserError
-from llmbench.gate import family, sequential, stored
+from llmbench.gate import confirm_plan, family, pipeline, sequential, stored
+from llmbench.gate.confirmation import Status
 from llmbench.gate.sequential import Design
 from llmbench.gate.stats import Verdict
 from llmbench.runs import run_from_json
@@ -21,6 +22,13 @@ from llmbench.runs import run_from_json
 A, B = "a" * 40, "b" * 40
 CHEAP = "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]"
 DEAR = "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=128]"
+
+
+def _confirm(result, *, pytest_args, budget_s, log=None, **kw):
+    """The suite's confirmation of a screened result: the gate's pipeline with the suite's
+    paired A/B (`llmbench.ab.run_ab`, replaced by a fake in these tests)."""
+    return pipeline.confirm(result, confirm.runner(result.candidate, pytest_args=pytest_args,
+                                                   log=log, **kw), budget_s)
 
 
 def _run(seed, commit, *, factors=None, scale=1.0, compile_s=None, load_s=2.0):
@@ -46,10 +54,10 @@ def test_a_larger_margin_over_the_threshold_needs_fewer_pairs():
     bench = base.benchmarks[CHEAP]
     c = next(c for c in _candidates(base, _run(2, B, factors={"decode": 1.5}))
              if c.name == CHEAP)
-    far = confirm_plan.pairs_needed(c, bench, bench, design, 2)
-    near = confirm_plan.pairs_needed(dataclasses.replace(c, ratio=1.13), bench, bench, design, 2)
+    far = confirm_plan.expected_pairs(c, bench, bench, design, 2)
+    near = confirm_plan.expected_pairs(dataclasses.replace(c, ratio=1.13), bench, bench, design, 2)
     assert confirm_plan.fewest_for_regression(design, 2) <= far < near
-    within = confirm_plan.pairs_needed(dataclasses.replace(c, ratio=1.05), bench, bench,
+    within = confirm_plan.expected_pairs(dataclasses.replace(c, ratio=1.05), bench, bench,
                                        design, 2)
     assert within == design.max_pairs  # a ratio inside the threshold cannot be confirmed
 
@@ -132,8 +140,8 @@ def test_every_candidate_goes_to_one_ab_in_the_plans_order_with_its_first_look_r
     assert tight.left == tight.family == (dear.name,)
     calls = []
     _fake_ab(monkeypatch, base, cand, calls)
-    confirmed = confirm.confirm(gate.compare_runs(base, cand), pytest_args=["--model=tiny"],
-                                budget_s=budget)
+    confirmed = _confirm(gate.compare_runs(base, cand), pytest_args=["--model=tiny"],
+                         budget_s=budget)
     [kw] = calls
     nodes = [a for a in kw["pytest_args"] if "::" in a]
     assert nodes[:2] == [cheap.name, dear.name] and sorted(nodes[2:]) == sorted(PREFILL)
@@ -154,10 +162,10 @@ def test_every_candidate_goes_to_one_ab_in_the_plans_order_with_its_first_look_r
         **{name: Verdict.UNCHANGED for name in PREFILL}}
     assert "too few pairs to be judged in it" in {
         c.name: c for c in confirmed.comparisons}[DEAR].reason
-    assert confirmed.confirmation["left"] == []
+    assert confirmed.confirmation.left == ()
     assert "confirmed by a paired A/B against aaaaaaaa: 4 benchmarks in" in gate.render_text(
         confirmed)
-    again = stored.apply_recorded(gate.compare_runs(base, cand).comparisons,
+    again = stored.settle_by(gate.compare_runs(base, cand).comparisons,
                                   confirmed.confirmation)
     assert {c.name: c.verdict for c in again} == {
         c.name: c.verdict for c in confirmed.comparisons}
@@ -203,10 +211,10 @@ def test_an_ab_that_fails_leaves_every_candidate_not_confirmed(monkeypatch):
         raise UserError("the baseline side died")
 
     monkeypatch.setattr("llmbench.ab.run_ab", fails)
-    confirmed = confirm.confirm(gate.compare_runs(base, cand), pytest_args=[], budget_s=240)
+    confirmed = _confirm(gate.compare_runs(base, cand), pytest_args=[], budget_s=240)
     verdicts = {c.name: c for c in confirmed.comparisons}
     assert verdicts[CHEAP].verdict is verdicts[DEAR].verdict is Verdict.NOT_CONFIRMED
-    assert confirmed.confirmation["status"] == "not run"
+    assert confirmed.confirmation.status is Status.NOT_RUN
     assert "the paired A/B failed: the baseline side died" in gate.render_text(confirmed)
     assert confirmed.exit_code == 6
 
@@ -216,15 +224,15 @@ def test_the_confirmation_names_the_candidates_its_ab_did_not_reach(monkeypatch)
     calls = []
     _fake_ab(monkeypatch, base, cand, calls, reach=1)
     result = gate.compare_runs(base, cand)
-    confirmed = confirm.confirm(result, pytest_args=["--model=tiny"], budget_s=60)
+    confirmed = _confirm(result, pytest_args=["--model=tiny"], budget_s=60)
     first, other = [name for name in calls[0]["schedule"]
                     if name not in calls[0]["schedule"].unreserved]
     verdicts = {c.name: c for c in confirmed.comparisons}
     assert verdicts[first].verdict is Verdict.REGRESSION
     assert verdicts[other].verdict is Verdict.NOT_CONFIRMED
     assert "not re-measured: the confirmation's budget went to" in verdicts[other].reason
-    assert confirmed.confirmation["left"] == [other, *PREFILL]
-    assert confirmed.confirmation["benchmarks"] == [first]
+    assert list(confirmed.confirmation.left) == [other, *PREFILL]
+    assert confirmed.confirmation.benchmarks == (first,)
     assert all(verdicts[name].verdict is Verdict.INCONCLUSIVE for name in PREFILL)
     assert "the confirmation's budget went to the slower benchmarks first" in verdicts[
         PREFILL[0]].reason
@@ -244,14 +252,14 @@ def test_a_stored_regression_the_budget_left_out_is_not_confirmed_here_and_in_co
     result = dataclasses.replace(plain, comparisons=tuple(
         dataclasses.replace(c, verdict=Verdict.REGRESSION) if c.name in (CHEAP, DEAR) else c
         for c in plain.comparisons))
-    confirmed = confirm.confirm(result, pytest_args=[], budget_s=1)
-    left, *undecided = confirmed.confirmation["left"]
+    confirmed = _confirm(result, pytest_args=[], budget_s=1)
+    left, *undecided = confirmed.confirmation.left
     assert undecided == PREFILL
     verdicts = {c.name: c for c in confirmed.comparisons}
     assert verdicts[left].verdict is Verdict.NOT_CONFIRMED
     assert "the confirmation's budget left it out" in verdicts[left].reason
     assert confirmed.exit_code == 1  # the one it re-measured was confirmed
-    again = stored.apply_recorded(result.comparisons, confirmed.confirmation)
+    again = stored.settle_by(result.comparisons, confirmed.confirmation)
     assert {c.name: c.verdict for c in again} == {k: c.verdict for k, c in verdicts.items()}
 
 
@@ -290,12 +298,12 @@ def test_the_candidates_decided_together_are_named_by_the_family_and_so_recorded
     cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
     _family_ab(monkeypatch, base, cand, factor)
     result = gate.compare_runs(base, cand)
-    confirmed = confirm.confirm(result, pytest_args=["--model=tiny"],
-                                budget_s=wide.start_s + cheap.seconds + 1)
+    confirmed = _confirm(result, pytest_args=["--model=tiny"],
+                         budget_s=wide.start_s + cheap.seconds + 1)
     verdicts = {c.name: c for c in confirmed.comparisons}
-    together = confirmed.confirmation["family"]
-    assert together["benchmarks"] == [dear.name] and together["alpha"] == pytest.approx(0.05 / 4)
-    assert together["regression"] == ([dear.name] if named else [])
+    together = confirmed.confirmation.family
+    assert together.benchmarks == (dear.name,) and together.alpha == pytest.approx(0.05 / 4)
+    assert together.regression == ((dear.name,) if named else ())
     if named:
         assert verdicts[dear.name].verdict is Verdict.REGRESSION
         assert "with its family: a closed test" in verdicts[dear.name].reason
@@ -304,10 +312,10 @@ def test_the_candidates_decided_together_are_named_by_the_family_and_so_recorded
         assert verdicts[dear.name].verdict is Verdict.NOT_CONFIRMED
         assert "not named with its family" in verdicts[dear.name].reason
     text = gate.render_text(confirmed)
-    assert (f"1 slower benchmark(s) decided together ({together['pairs']} pairs each, a closed "
+    assert (f"1 slower benchmark(s) decided together ({together.pairs} pairs each, a closed "
             f"test at alpha 0.013): {int(named)} named a regression") in text
     # Read back from the saved run, as compare and history do: the same verdicts.
-    again = stored.apply_recorded(result.comparisons, confirmed.confirmation)
+    again = stored.settle_by(result.comparisons, confirmed.confirmation)
     assert {c.name: c.verdict for c in again} == {c.name: c.verdict for c in
                                                   confirmed.comparisons}
 
@@ -347,14 +355,14 @@ def test_a_stored_improvement_is_confirmed_by_the_ab_or_inconclusive(monkeypatch
     calls = []
     _fake_ab(monkeypatch, base, cand, calls, reach=reach)
     result = _with_improvement(base, cand)
-    confirmed = confirm.confirm(result, pytest_args=["--model=tiny"], budget_s=60)
+    confirmed = _confirm(result, pytest_args=["--model=tiny"], budget_s=60)
     schedule = calls[0]["schedule"]
     assert PREFILL[0] in schedule.unreserved and PREFILL[0] not in schedule.family
     after = {c.name: c for c in confirmed.comparisons}[PREFILL[0]]
     assert after.verdict is verdict
     if verdict is Verdict.INCONCLUSIVE:
         assert "not an improvement until a paired A/B confirms it" in after.reason
-    again = stored.apply_recorded(result.comparisons, confirmed.confirmation)
+    again = stored.settle_by(result.comparisons, confirmed.confirmation)
     assert {c.name: c.verdict for c in again}[PREFILL[0]] is verdict
 
 
@@ -363,13 +371,13 @@ def test_a_stored_improvement_no_ab_can_reproduce_is_inconclusive_unless_decline
     cand.commit_info["dirty"] = True  # the candidate side may be dirty; the baseline not
     base.commit_info["dirty"] = True
     result = _with_improvement(base, cand)
-    assert not confirm.to_confirm(result)  # nothing slower
-    not_run = confirm.confirm(result, pytest_args=[], budget_s=60)
+    assert not pipeline.slower(result)  # nothing slower
+    not_run = _confirm(result, pytest_args=[], budget_s=60)
     assert {c.name: c.verdict for c in not_run.comparisons}[PREFILL[0]] is Verdict.INCONCLUSIVE
-    assert not_run.confirmation["status"] == "not run"
-    again = stored.apply_recorded(result.comparisons, not_run.confirmation)
+    assert not_run.confirmation.status is Status.NOT_RUN
+    again = stored.settle_by(result.comparisons, not_run.confirmation)
     assert {c.name: c.verdict for c in again}[PREFILL[0]] is Verdict.INCONCLUSIVE
-    declined = confirm.confirm(result, pytest_args=[], budget_s=None)
+    declined = _confirm(result, pytest_args=[], budget_s=None)
     assert {c.name: c.verdict for c in declined.comparisons}[PREFILL[0]] is Verdict.IMPROVEMENT
 
 

@@ -18,7 +18,7 @@ from gate_runs import make_run, write_run
 
 from llmbench.dashboard import build_site
 from llmbench.dashboard.site import MARKER
-from llmbench.errors import EXIT_USAGE, UserError
+from llmbench.errors import Exit, UserError
 from llmbench.runs.model import FORMAT_VERSION
 
 ENV = "tiny-cpu-float32"
@@ -191,7 +191,7 @@ def test_no_runs_is_one_line_and_exit_2(tmp_path):
     (tmp_path / "empty").mkdir()
     proc = subprocess.run([sys.executable, "-m", "llmbench", "dashboard", str(tmp_path / "empty"),
                            "-o", str(tmp_path / "site")], capture_output=True, text=True)
-    assert proc.returncode == EXIT_USAGE
+    assert proc.returncode == Exit.USAGE
     assert proc.stderr.count("\n") == 1 and "holds no saved runs" in proc.stderr
     assert not (tmp_path / "site").exists()
 

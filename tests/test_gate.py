@@ -22,9 +22,9 @@ from gate_runs import (
 )
 
 from llmbench import gate
-from llmbench.errors import EXIT_OK, EXIT_REGRESSION, UserError
+from llmbench.errors import Exit, UserError
 from llmbench.gate.stats import Verdict
-from llmbench.runs import FORMAT_VERSION, EnvironmentMismatch, Run, pool_runs, run_from_json
+from llmbench.runs import FORMAT_VERSION, EnvironmentMismatch, Run, run_from_json
 
 DECODE = {"benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]",
           "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=128]"}
@@ -70,7 +70,7 @@ def test_parse_threshold_for():
 def test_unchanged_code_gives_no_regression():
     result = _compare(_run(1), _run(2))
     assert set(_verdicts(result).values()) == {Verdict.UNCHANGED}
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == Exit.OK
     assert gate.summary_line(result).startswith("PASS: 0 regression")
 
 
@@ -79,7 +79,7 @@ def test_a_slowdown_is_a_regression_on_exactly_the_affected_benchmarks():
     verdicts = _verdicts(result)
     assert {k for k, v in verdicts.items() if v is Verdict.REGRESSION} == DECODE
     assert {v for k, v in verdicts.items() if k not in DECODE} == {Verdict.UNCHANGED}
-    assert result.exit_code == EXIT_REGRESSION
+    assert result.exit_code == Exit.REGRESSION
     assert gate.summary_line(result).startswith("REGRESSION: 2 regression")
 
 
@@ -88,7 +88,7 @@ def test_a_speedup_is_an_improvement_never_a_regression():
     verdicts = _verdicts(result)
     assert {k for k, v in verdicts.items() if v is Verdict.IMPROVEMENT} == DECODE
     assert Verdict.REGRESSION not in verdicts.values()
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == Exit.OK
 
 
 def test_threshold_overrides_benchmark_beats_group_beats_run():
@@ -120,7 +120,7 @@ def test_threshold_for_an_unknown_name_is_a_user_error():
 def test_too_few_rounds_is_inconclusive_shown_and_counted_never_silent():
     result = _compare(_run(1, rounds=3), _run(2, rounds=3))
     assert set(_verdicts(result).values()) == {Verdict.INCONCLUSIVE}
-    assert result.exit_code == EXIT_OK  # by default: shown, counted, but not a failure
+    assert result.exit_code == Exit.OK  # by default: shown, counted, but not a failure
     line = gate.summary_line(result)
     assert line.startswith("PASS, NOT VERIFIED: 0 regression, 0 improvement, 0 unchanged, "
                            "4 inconclusive of 4")
@@ -130,7 +130,7 @@ def test_too_few_rounds_is_inconclusive_shown_and_counted_never_silent():
     assert text.count("inconclusive (~") == 4
     strict = _compare(_run(1, rounds=3), _run(2, rounds=3),
                                gate.GateOptions(fail_on_inconclusive=True))
-    assert strict.exit_code == EXIT_REGRESSION
+    assert strict.exit_code == Exit.REGRESSION
     assert gate.summary_line(strict).startswith("FAIL (inconclusive, --fail-on-inconclusive)")
 
 
@@ -199,7 +199,7 @@ def test_a_benchmark_that_did_other_work_is_set_aside_not_judged():
     key = "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=128]"
     assert [c.name for c in result.comparisons] == list(_run(1).benchmarks)[:3]
     assert result.other_work == {key: "output_tokens 10 vs 20"}
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == Exit.OK
     assert (f"1 did other work in the two runs (baseline vs candidate; another profile?), not "
             f"compared: {key} (output_tokens 10 vs 20)") in gate.render_text(result)
     assert gate.summary_line(result).endswith("1 did other work in the two runs, not compared")
@@ -259,7 +259,7 @@ def test_renderings_carry_the_same_verdicts():
     data = json.loads(gate.render(result, "json"))
     assert data["counts"] == {"regression": 2, "improvement": 0, "unchanged": 2,
                               "inconclusive": 0, "not confirmed": 0, "not slower": 0}
-    assert data["exit_code"] == EXIT_REGRESSION
+    assert data["exit_code"] == Exit.REGRESSION
     assert [c["verdict"] for c in data["comparisons"]] == [
         "unchanged", "unchanged", "regression", "regression"]
     assert data["speed"]["ratio"] > 0
@@ -383,25 +383,3 @@ def test_pytest_cannot_compare_at_the_end_is_a_junit_error(suite, runs, tmp_path
     assert "cannot compare: runs come from different environments: threads 3 vs 1" in proc.stdout
     error = _gate_case(junit.read_text()).find("error")
     assert error is not None and "threads 3 vs 1" in error.get("message")
-
-
-def _pooled(seeds, **kw) -> Run:
-    return pool_runs([_run(s, **kw) for s in seeds], f"pooled{seeds[0]}")
-
-
-def test_pooled_ab_runs_are_judged_on_their_blocks():
-    base = _pooled([1, 2, 3, 4], rounds=5)
-    slow = _pooled([5, 6, 7, 8], rounds=5, factors={"decode": 1.5})
-    result = _compare(base, slow)
-    assert {c.unit for c in result.comparisons} == {"blocks"}
-    assert {c.n_blocks for c in result.comparisons} == {(4, 4)}
-    assert {k for k, v in _verdicts(result).items() if v is Verdict.REGRESSION} == DECODE
-    assert "judged on block medians (4 vs 4 blocks, Welch's t)" in gate.render_text(result)
-    # Two blocks a side cannot settle a 10 % band: inconclusive, asking for blocks.
-    few = _compare(_pooled([1, 2], rounds=5), _pooled([5, 6], rounds=5))
-    line = gate.summary_line(few)
-    assert few.counts["inconclusive"] and few.rounds_needed[1] == "blocks"
-    assert f"up to ~{few.rounds_needed[0]} blocks/side would decide" in line
-    assert "blocks/side)" in gate.render_text(few)
-    # A plain run against a pooled one: rounds, as before.
-    assert {c.unit for c in _compare(_run(1), slow).comparisons} == {"rounds"}

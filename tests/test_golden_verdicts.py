@@ -24,6 +24,8 @@ def test_a_recorded_comparison_gives_what_it_gave(golden_runs, case, fmt):
 def test_the_cases_cover_every_exit_and_verdict_kind(golden_runs):
     import json
 
+    from llmbench.errors import Exit
+
     seen_codes, seen_verdicts, family = set(), set(), False
     for case in CASES:
         code, output = expected(case, "json")
@@ -31,6 +33,6 @@ def test_the_cases_cover_every_exit_and_verdict_kind(golden_runs):
         seen_codes.add(code)
         seen_verdicts |= {c["verdict"] for c in data["comparisons"]}
         family |= bool((data["confirmation"] or {}).get("family"))
-    assert {0, 1, 6} <= seen_codes  # a pass, a regression, not confirmed
+    assert {Exit.OK, Exit.REGRESSION, Exit.NOT_CONFIRMED} <= seen_codes
     assert {"regression", "inconclusive", "not slower", "not confirmed"} <= seen_verdicts
     assert family

@@ -16,7 +16,7 @@ import pytest
 from gate_runs import make_run, write_run
 
 from llmbench import history
-from llmbench.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from llmbench.errors import Exit
 from llmbench.history.changepoints import find_shifts, judge_newest, noise_sigma
 
 RUN_SPREAD = 0.08  # sd of log run medians: the spread of separate runs of the same code
@@ -140,7 +140,7 @@ def test_a_slower_newest_run_exits_1_and_names_the_decode_benchmarks(tmp_path):
     env = tmp_path / "tiny-cpu-float32"
     _write_history(env, [1.0] * 11 + [1.5])
     proc = _llmbench(str(env), "--format", "json")
-    assert proc.returncode == EXIT_REGRESSION, proc.stderr
+    assert proc.returncode == Exit.REGRESSION, proc.stderr
     report = json.loads(proc.stdout)
     regressed = {b["name"] for b in report["benchmarks"] if b["newest"]["verdict"] == "regression"}
     assert regressed == {"test_decode_steps[ctx=16]", "test_decode_steps[ctx=128]"}
@@ -156,7 +156,7 @@ def test_a_shift_in_the_middle_is_found_at_its_run_and_commit(tmp_path):
             assert at and abs(at[0] - 7) <= 1, (r.series.name, at)
         else:
             assert at == [], (r.series.name, at)
-    assert result.exit_code == EXIT_OK  # the newest run is consistent with its new level
+    assert result.exit_code == Exit.OK  # the newest run is consistent with its new level
     text = history.render(result, "text")
     assert "run 0007" in text and "PASS" in text.splitlines()[-1]
 
@@ -177,7 +177,7 @@ def test_runs_where_a_benchmark_did_other_work_are_not_in_its_series(tmp_path):
     assert runs_of["test_decode_steps[ctx=16]"] == list(range(7, 13))
     assert runs_of["test_prefill[in=32]"] == list(range(1, 13))
     assert all(not r.shifts for r in result.results)
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == Exit.OK
 
 
 def test_a_shift_with_the_same_code_on_both_sides_is_called_the_machine_s(tmp_path):
@@ -218,7 +218,7 @@ def test_an_injected_slowdown_counts_as_other_code(tmp_path):
 def test_a_baselines_folder_with_one_environment_is_read_as_that_environment(tmp_path):
     _write_history(tmp_path / "tiny-cpu-float32", [1.0] * 8)
     proc = _llmbench(str(tmp_path), "-k", "decode", "--format", "markdown")
-    assert proc.returncode == EXIT_OK, proc.stderr
+    assert proc.returncode == Exit.OK, proc.stderr
     assert "test_decode_steps[ctx=16]" in proc.stdout and "test_prefill" not in proc.stdout
 
 
@@ -248,7 +248,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, message):
     elif case == "no match":
         args += ["-k", "nothing-like-this"]
     proc = _llmbench(*args)
-    assert proc.returncode == EXIT_USAGE
+    assert proc.returncode == Exit.USAGE
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
@@ -259,16 +259,16 @@ def test_the_trend_plots_are_drawn_once_and_never_overwritten_silently(tmp_path)
     _write_history(env, [1.0] * 6 + [1.3] * 6, seed=1)
     plots = tmp_path / "plots"
     proc = _llmbench(str(env), "--plot-dir", str(plots))
-    assert proc.returncode == EXIT_OK, proc.stderr
+    assert proc.returncode == Exit.OK, proc.stderr
     drawn = sorted(p.name for p in plots.iterdir())
     assert drawn == ["history_all_benchmarks.png", "history_decode.png", "history_prefill.png"]
     assert all((plots / name).read_bytes().startswith(b"\x89PNG") for name in drawn)
     before = (plots / "history_decode.png").stat().st_mtime_ns
     again = _llmbench(str(env), "--plot-dir", str(plots))
-    assert again.returncode == EXIT_USAGE and "--force" in again.stderr
+    assert again.returncode == Exit.USAGE and "--force" in again.stderr
     assert (plots / "history_decode.png").stat().st_mtime_ns == before
-    assert _llmbench(str(env), "--plot-dir", str(plots), "--force").returncode == EXIT_OK
-    assert _llmbench(str(env), "--force").returncode == EXIT_USAGE
+    assert _llmbench(str(env), "--plot-dir", str(plots), "--force").returncode == Exit.OK
+    assert _llmbench(str(env), "--force").returncode == Exit.USAGE
 
 
 def test_judging_a_history_loads_no_engine_library(tmp_path):
@@ -292,7 +292,7 @@ def test_the_spread_between_runs_of_one_code_is_shown_per_benchmark(tmp_path):
         data["commit_info"] = {"id": "a" * 40, "dirty": False}
         path.write_text(json.dumps(data))
     proc = _llmbench(str(env))
-    assert proc.returncode == EXIT_OK, proc.stderr
+    assert proc.returncode == Exit.OK, proc.stderr
     assert "between runs of one code (SD of log medians, 5 A/A observations): median " \
            "benchmark" in proc.stdout
     assert "(5 A/A)" in proc.stdout

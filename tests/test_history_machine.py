@@ -13,7 +13,7 @@ import numpy as np
 from gate_runs import make_run, write_run
 
 from llmbench import history
-from llmbench.errors import EXIT_OK, EXIT_REGRESSION
+from llmbench.errors import Exit
 from llmbench.history.machine import all_benchmarks, machine_shares
 
 BENCHMARKS = {  # five, as the quick selection on smollm2 has
@@ -74,7 +74,7 @@ def test_a_drifting_machine_shows_no_change_point_and_no_regression(tmp_path):
         _write(env, _drift(16, seed=seed), seed=seed)
         result = history.judge_history(history.load_history(env))
         found += sum(len(r.shifts) for r in (*result.results, result.machine))
-        assert result.exit_code == EXIT_OK, seed
+        assert result.exit_code == Exit.OK, seed
     assert found == 0
 
 
@@ -107,7 +107,7 @@ def test_code_that_slows_decode_on_a_drifting_machine_is_found_at_its_run(tmp_pa
             assert at == [7] and r.code_changed(r.shifts[0]) is True, (r.series.name, at)
         else:
             assert at == [], (r.series.name, at)
-    assert result.machine.shifts == () and result.exit_code == EXIT_OK
+    assert result.machine.shifts == () and result.exit_code == Exit.OK
 
 
 def test_a_machine_step_the_control_feels_too_is_no_change_point_anywhere(tmp_path):
@@ -115,7 +115,7 @@ def test_a_machine_step_the_control_feels_too_is_no_change_point_anywhere(tmp_pa
     _write(env, [1.0] * 6 + [1.3] * 6)
     result = history.judge_history(history.load_history(env))
     assert all(r.shifts == () for r in (*result.results, result.machine))
-    assert result.machine.beta > 0.8 and result.exit_code == EXIT_OK
+    assert result.machine.beta > 0.8 and result.exit_code == Exit.OK
 
 
 def test_a_step_of_every_benchmark_the_control_misses_is_all_benchmarks_together(tmp_path):
@@ -138,7 +138,7 @@ def test_code_that_speeds_up_most_benchmarks_leaves_the_others_alone(tmp_path):
     for r in result.results:
         if r.series.group == "decode":
             assert r.shifts == () and r.newest.verdict == "consistent", r.series.name
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == Exit.OK
 
 
 def test_code_that_slows_everything_is_still_a_regression_and_the_control_says_code(tmp_path):
@@ -150,7 +150,7 @@ def test_code_that_slows_everything_is_still_a_regression_and_the_control_says_c
     assert all(r.newest.verdict == "consistent" for r in result.results)
     # ...and all benchmarks together, which the control did not follow, carry it.
     assert result.machine.newest.verdict == "regression"
-    assert result.exit_code == EXIT_REGRESSION
+    assert result.exit_code == Exit.REGRESSION
     assert 0.95 < result.control_newest() < 1.05  # the machine did not do it
 
 
@@ -159,7 +159,7 @@ def test_json_gives_each_benchmarks_share_and_all_benchmarks_together(tmp_path):
     _write(env, [1.0] * 6 + [1.3] * 6, control=[1.0] * 12)
     result = history.judge_history(history.load_history(env))
     report = json.loads(history.render(result, "json"))
-    assert report["exit_code"] == EXIT_OK
+    assert report["exit_code"] == Exit.OK
     assert all(0.8 < b["follows_machine"] <= 1.0 for b in report["benchmarks"])
     (step,) = report["all_benchmarks"]["change_points"]
     assert step["run"] == 7 and step["code_changed"] is False

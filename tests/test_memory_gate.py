@@ -10,7 +10,7 @@ import pytest
 from gate_runs import make_run, quiet_history
 
 from llmbench import gate
-from llmbench.errors import EXIT_OK, EXIT_REGRESSION
+from llmbench.errors import Exit
 from llmbench.gate.memory import MemoryStatus
 from llmbench.runs import run_from_json
 
@@ -37,7 +37,7 @@ def test_a_case_with_15_percent_more_peak_memory_fails_the_gate():
     result = _compare(base, cand)
     (more,) = result.memory_regressions
     assert more.name == DECODE_16 and more.status is MemoryStatus.MORE
-    assert result.exit_code == EXIT_REGRESSION
+    assert result.exit_code == Exit.REGRESSION
     text = gate.render_text(result)
     assert ("memory: test_decode_steps[ctx=16]: more memory: 1000 MiB -> 1150 MiB above the "
             "case's start (+15.0%) (fails the gate)") in text
@@ -49,7 +49,7 @@ def test_a_case_with_15_percent_more_peak_memory_fails_the_gate():
 def test_its_own_threshold_and_a_floor_for_allocator_noise():
     base = _run(1, "a" * 40, {DECODE_16: 1000 * MIB})
     assert _compare(base, _run(2, "b" * 40, {DECODE_16: 1150 * MIB}),
-                    memory_threshold=0.2).exit_code == EXIT_OK
+                    memory_threshold=0.2).exit_code == Exit.OK
     # Two runs of one commit saw a server case add 11 and 68 MiB: +518%, but allocator noise.
     small = _run(1, "a" * 40, {k: 11 * MIB for k in base.benchmarks})
     grown = _run(2, "b" * 40, {k: 68 * MIB for k in base.benchmarks})
@@ -60,7 +60,7 @@ def test_less_memory_is_shown_and_fails_nothing():
     result = _compare(_run(1, "a" * 40, {DECODE_16: 600 * MIB}),
                       _run(2, "b" * 40, {DECODE_16: 400 * MIB}))
     assert [f.status for f in result.memory if f.name == DECODE_16] == [MemoryStatus.LESS]
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == Exit.OK
 
 
 @pytest.mark.parametrize("baseline", [
@@ -77,7 +77,7 @@ def test_figures_that_are_not_a_case_s_own_peak_are_never_judged(baseline):
 def test_the_same_code_shows_a_memory_move_without_failing():
     base = _run(1, "a" * 40, {DECODE_16: 400 * MIB})
     result = gate.compare_runs(base, _run(2, "a" * 40, {DECODE_16: 600 * MIB}))
-    assert result.same_code and result.exit_code == EXIT_OK
+    assert result.same_code and result.exit_code == Exit.OK
     assert "more memory: 400 MiB -> 600 MiB above the case's start" in gate.render_text(result)
 
 
@@ -94,5 +94,5 @@ def test_the_threshold_is_a_flag_of_compare(tmp_path, capsys):
             bench["extra_info"]["peak_memory_added_bytes"] = peak * MIB
         path.write_text(json.dumps(data))
     assert main(["compare", str(base), str(cand), "--memory-threshold", "20%",
-                 "--format", "json"]) != EXIT_REGRESSION
+                 "--format", "json"]) != Exit.REGRESSION
     assert json.loads(capsys.readouterr().out)["options"]["memory_threshold"] == 0.2

@@ -26,7 +26,7 @@ from gate_runs import REPO, TINY_ARGS
 
 from llmbench import ab, gate, runs
 from llmbench.ab import cpus, pair_worker, pairing
-from llmbench.errors import EXIT_USAGE
+from llmbench.errors import Exit
 from llmbench.gate.stats import Verdict
 
 FAKE_CONFTEST = '''
@@ -247,7 +247,7 @@ def test_a_failing_side_is_one_line_exit_2_with_both_workers_ended(fake_repo, tm
     env = {**os.environ, "FAKE_FAIL_SIDE": "candidate"}
     proc = subprocess.run([LLMBENCH, "ab", "HEAD", "--budget", "60"],
                           cwd=fake_repo, env=env, capture_output=True, text=True)
-    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert proc.returncode == Exit.USAGE, proc.stderr
     assert "Traceback" not in proc.stderr
     error = proc.stderr.strip().splitlines()[-1]
     assert error.startswith("llmbench ab: error: candidate failed test_fake.py::test_speed")

@@ -14,7 +14,7 @@ import pytest
 
 from llmbench import gate
 from llmbench.cli import main
-from llmbench.errors import EXIT_USAGE
+from llmbench.errors import Exit
 from llmbench.report import plots
 from llmbench.report import write as report
 from llmbench.runs import Benchmark
@@ -331,7 +331,7 @@ def test_verdicts_come_from_the_gate(tmp_path):
 
 
 def _one_line_exit_2(code, out, err):
-    assert code == EXIT_USAGE
+    assert code == Exit.USAGE
     assert out == ""
     assert err.count("\n") == 1 and "Traceback" not in err
     return err
@@ -385,7 +385,7 @@ def test_rule_flags_without_a_baseline_exit_2(tmp_path, capsys):
 def test_missing_output_flag_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["report", str(make_run(tmp_path / "run.json"))])
-    assert exit_info.value.code == EXIT_USAGE
+    assert exit_info.value.code == Exit.USAGE
     assert capsys.readouterr().err.count("\n") == 1
 
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from llmbench.errors import EXIT_USAGE
+from llmbench.errors import Exit
 from llmbench.serve.app import ServerSettings, create_app, running_server
 
 CAP = 8
@@ -126,7 +126,7 @@ def test_serve_on_a_taken_port_is_one_line_and_exit_2():
         proc = subprocess.run([sys.executable, "-m", "llmbench", "serve", "--model", "tiny",
                                "--port", str(port)], capture_output=True, text=True, env=env,
                               timeout=300)
-    assert proc.returncode == EXIT_USAGE
+    assert proc.returncode == Exit.USAGE
     assert proc.stdout == ""
     [line] = proc.stderr.splitlines()
     assert line == (f"llmbench serve: error: port {port} on 127.0.0.1 is already in use: "

@@ -14,7 +14,7 @@ from llmbench.engine.config import EngineConfig, SamplingParams
 from llmbench.engine.loop import TokenEvent, generate
 from llmbench.engine.models import load_model
 from llmbench.engine.prompts import encode
-from llmbench.errors import EXIT_USAGE, UserError
+from llmbench.errors import Exit, UserError
 from llmbench.serve.app import ServerSettings, create_app
 from llmbench.serve.scheduler import Scheduler
 from llmbench.serve.slot_batch import buckets
@@ -126,6 +126,6 @@ def test_serve_offers_every_engine_option(capsys):
     (["--cache", "static", "--compile", "--weights", "packed"], "--weights packed runs eager"),
 ])
 def test_serve_refuses_what_it_cannot_serve_in_one_line(argv, message, capsys):
-    assert main(["serve", "--model", "tiny", "--port", "0", *argv]) == EXIT_USAGE
+    assert main(["serve", "--model", "tiny", "--port", "0", *argv]) == Exit.USAGE
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and message in err

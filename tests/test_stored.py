@@ -22,14 +22,22 @@ from scipy import stats as scipy_stats
 
 from llmbench import gate
 from llmbench.bench import confirm
-from llmbench.errors import EXIT_NOT_CONFIRMED, EXIT_OK, EXIT_REGRESSION, UserError
-from llmbench.gate import noise
+from llmbench.errors import Exit, UserError
+from llmbench.gate import noise, pipeline
+from llmbench.gate.confirmation import Status
 from llmbench.gate.stats import Verdict
 from llmbench.runs import Run, code_differences, run_from_json, same_code
 
 DECODE = {"benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]",
           "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=128]"}
 A, B = "a" * 40, "b" * 40
+
+
+def _confirm(result, *, pytest_args, budget_s, log=None, **kw):
+    """The suite's confirmation of a screened result: the gate's pipeline with the suite's
+    paired A/B (`llmbench.ab.run_ab`, replaced by a fake in these tests)."""
+    return pipeline.confirm(result, confirm.runner(result.candidate, pytest_args=pytest_args,
+                                                   log=log, **kw), budget_s)
 
 
 def _run(seed: int, commit: str | None = A, *, dirty: bool = False, versions=None,
@@ -59,7 +67,7 @@ def _drifting_history(spread: float, count: int = 6, commit: str = "c" * 40) -> 
 
 def test_same_commit_clean_and_versions_is_no_verdict_exit_0_whatever_the_machine_did():
     result = gate.compare_runs(_run(1), _run(2, factors={"decode": 1.4}))
-    assert result.same_code and result.exit_code == EXIT_OK
+    assert result.same_code and result.exit_code == Exit.OK
     line = gate.summary_line(result)
     assert line.startswith("SAME CODE: no verdict on the code; every difference is the "
                            "machine's (ratios x")
@@ -101,7 +109,7 @@ def test_more_work_still_fails_between_runs_of_the_same_code():
     result = gate.compare_runs(run_from_json(less, "a"), run_from_json(more, "b"))
     assert result.same_code
     assert len(result.work_regressions) == 4  # exact counts: the machine cannot explain them
-    assert result.exit_code == EXIT_REGRESSION
+    assert result.exit_code == Exit.REGRESSION
     assert gate.summary_line(result).startswith("REGRESSION: 4 with more work, although both "
                                                 "runs measured the same code")
 
@@ -170,7 +178,7 @@ def test_without_measured_noise_a_slowdown_is_not_confirmed_exit_6():
     verdicts = _verdicts(result)
     assert {k for k, v in verdicts.items() if v is Verdict.NOT_CONFIRMED} == DECODE
     assert Verdict.REGRESSION not in verdicts.values()
-    assert result.exit_code == EXIT_NOT_CONFIRMED
+    assert result.exit_code == Exit.NOT_CONFIRMED
     text = gate.render_text(result)
     assert ("noise between runs: not measured yet (no two saved runs of one code in this "
             "environment)") in text
@@ -188,7 +196,7 @@ def test_within_the_noise_between_runs_is_not_confirmed_beyond_it_a_regression()
                if c.name in DECODE)
     quiet = gate.compare_runs(_run(1, QUIET_COMMIT), slower, history=quiet_history())
     assert {k for k, v in _verdicts(quiet).items() if v is Verdict.REGRESSION} == DECODE
-    assert quiet.exit_code == EXIT_REGRESSION
+    assert quiet.exit_code == Exit.REGRESSION
 
 
 def test_the_smallest_regression_a_stored_comparison_can_call_is_stated():
@@ -230,7 +238,7 @@ def test_an_external_server_names_no_code():
 def test_an_improvement_the_noise_cannot_prove_is_inconclusive_and_fails_nothing():
     result = gate.compare_runs(_run(1), _run(2, B, factors={"decode": 1 / 1.4}))
     assert {_verdicts(result)[k] for k in DECODE} == {Verdict.INCONCLUSIVE}
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == Exit.OK
 
 
 def test_unchanged_on_rounds_but_noisy_between_runs_is_inconclusive():
@@ -256,7 +264,7 @@ def test_a_significant_move_within_the_threshold_is_said_even_when_not_a_regress
 def test_the_same_rules_reach_json_and_markdown():
     result = gate.compare_runs(_run(1), _run(2, B, factors={"decode": 1.4}))
     data = json.loads(gate.render(result, "json"))
-    assert data["exit_code"] == EXIT_NOT_CONFIRMED
+    assert data["exit_code"] == Exit.NOT_CONFIRMED
     assert data["counts"]["not confirmed"] == 2
     assert data["code"] == ["commit aaaaaaaa -> bbbbbbbb"] and data["noise"]["runs"] == 0
     assert "**not confirmed**" in gate.render(result, "markdown")
@@ -313,7 +321,7 @@ def test_a_confirmed_slowdown_is_a_regression_the_slower_benchmarks_scheduled_fi
     stored = _stored_slowdown()
     assert {c.name for c in stored.comparisons if c.verdict is Verdict.INCONCLUSIVE} == PREFILL
     fake = fake_ab(verdict=Verdict.REGRESSION)
-    result = confirm.confirm(stored, pytest_args=["--model=tiny"], budget_s=120)
+    result = _confirm(stored, pytest_args=["--model=tiny"], budget_s=120)
     (rev, kw), = fake.calls
     assert rev == A and kw["budget_s"] == pytest.approx(120, abs=1)
     schedule = kw["schedule"]
@@ -325,9 +333,9 @@ def test_a_confirmed_slowdown_is_a_regression_the_slower_benchmarks_scheduled_fi
     verdicts = _verdicts(result)
     assert {k for k, v in verdicts.items() if v is Verdict.REGRESSION} == DECODE
     assert {k for k, v in verdicts.items() if v is Verdict.UNCHANGED} == PREFILL
-    assert result.exit_code == EXIT_REGRESSION
-    assert result.confirmation["status"] == "ran"
-    assert result.confirmation["undecided"] == sorted(PREFILL, key=list(verdicts).index)
+    assert result.exit_code == Exit.REGRESSION
+    assert result.confirmation.ran
+    assert list(result.confirmation.undecided) == sorted(PREFILL, key=list(verdicts).index)
     text = gate.render_text(result)
     assert "confirmed by a paired A/B against aaaaaaaa: 4 benchmarks" in text
     # The header names how the settled rows were judged, and the rounds' CI is not theirs.
@@ -339,19 +347,19 @@ def test_a_confirmed_slowdown_is_a_regression_the_slower_benchmarks_scheduled_fi
 
 def test_a_slowdown_the_ab_clears_passes(fake_ab):
     fake_ab(verdict=Verdict.UNCHANGED)
-    result = confirm.confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
+    result = _confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
     assert {_verdicts(result)[k] for k in DECODE} == {Verdict.UNCHANGED}
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == Exit.OK
     assert all(c.reason.startswith("paired A/B: ") for c in result.comparisons
                if c.name in DECODE)
 
 
 def test_a_slowdown_the_ab_cannot_decide_in_its_budget_is_not_confirmed(fake_ab):
     fake_ab(verdict=Verdict.INCONCLUSIVE)
-    result = confirm.confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
+    result = _confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
     assert {_verdicts(result)[k] for k in DECODE} == {Verdict.NOT_CONFIRMED}
-    assert result.exit_code == EXIT_NOT_CONFIRMED
-    assert result.confirmation["status"] == "ran"
+    assert result.exit_code == Exit.NOT_CONFIRMED
+    assert result.confirmation.ran
 
 
 def _beyond_the_noise():
@@ -365,27 +373,27 @@ def _beyond_the_noise():
 
 def test_a_stored_regression_fails_nothing_until_a_paired_ab_confirms_it(fake_ab):
     fake_ab(verdict=Verdict.INCONCLUSIVE)
-    undecided = confirm.confirm(_beyond_the_noise(), pytest_args=[], budget_s=60)
+    undecided = _confirm(_beyond_the_noise(), pytest_args=[], budget_s=60)
     assert {_verdicts(undecided)[k] for k in DECODE} == {Verdict.NOT_CONFIRMED}
-    assert undecided.exit_code == EXIT_NOT_CONFIRMED
+    assert undecided.exit_code == Exit.NOT_CONFIRMED
     assert all("not a regression until a paired A/B confirms it (the paired A/B did not "
                "decide it)" in c.reason for c in undecided.comparisons if c.name in DECODE)
     fake_ab(verdict=Verdict.UNCHANGED)
-    assert confirm.confirm(_beyond_the_noise(), pytest_args=[], budget_s=60).exit_code == EXIT_OK
+    assert _confirm(_beyond_the_noise(), pytest_args=[], budget_s=60).exit_code == Exit.OK
     fake_ab(verdict=Verdict.REGRESSION)
-    assert confirm.confirm(_beyond_the_noise(), pytest_args=[],
-                           budget_s=60).exit_code == EXIT_REGRESSION
+    assert _confirm(_beyond_the_noise(), pytest_args=[],
+                    budget_s=60).exit_code == Exit.REGRESSION
 
 
 def test_a_stored_regression_no_ab_can_check_is_not_confirmed_unless_confirming_was_declined(
         fake_ab):
     fake = fake_ab(verdict=Verdict.REGRESSION)
-    stored_only = confirm.confirm(_beyond_the_noise(), pytest_args=[], budget_s=None)
-    assert stored_only.exit_code == EXIT_REGRESSION  # --no-confirm: the stored verdicts stand
+    stored_only = _confirm(_beyond_the_noise(), pytest_args=[], budget_s=None)
+    assert stored_only.exit_code == Exit.REGRESSION  # --no-confirm: the stored verdicts stand
     dirty = _beyond_the_noise()
     dirty = dataclasses.replace(dirty, baseline=_run(1, QUIET_COMMIT, dirty=True))
-    result = confirm.confirm(dirty, pytest_args=[], budget_s=60)
-    assert fake.calls == [] and result.exit_code == EXIT_NOT_CONFIRMED
+    result = _confirm(dirty, pytest_args=[], budget_s=60)
+    assert fake.calls == [] and result.exit_code == Exit.NOT_CONFIRMED
     assert all("none could run: the baseline ran uncommitted changes" in c.reason
                for c in result.comparisons if c.name in DECODE)
 
@@ -394,9 +402,9 @@ def test_an_undecided_ab_that_rules_out_a_regression_clears_it(fake_ab):
     """Between unchanged and faster, undecided: its interval, below 1 + delta, still rules
     out the stored runs' claim."""
     fake_ab(verdict=Verdict.INCONCLUSIVE, ci=(0.90, 1.04))
-    result = confirm.confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
+    result = _confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
     assert {_verdicts(result)[k] for k in DECODE} == {Verdict.NOT_SLOWER}
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == Exit.OK
     # Every benchmark decided (the undecided prefill ones unchanged): a pass, verified.
     assert gate.summary_line(result).startswith(
         "PASS: 0 regression, 0 improvement, 2 unchanged, 2 not slower, 0 inconclusive of 4")
@@ -416,28 +424,28 @@ def test_when_no_ab_can_run_it_says_why_and_stays_not_confirmed(fake_ab, baselin
                                                                 budget, why):
     fake = fake_ab(verdict=Verdict.REGRESSION)
     stored = gate.compare_runs(baseline, _run(2, candidate, factors={"decode": 1.4}))
-    result = confirm.confirm(stored, pytest_args=[], budget_s=budget)
+    result = _confirm(stored, pytest_args=[], budget_s=budget)
     assert fake.calls == []
-    assert result.confirmation["status"] == "not run" and why in result.confirmation["why"]
-    assert result.exit_code == EXIT_NOT_CONFIRMED
+    assert result.confirmation.status is Status.NOT_RUN and why in result.confirmation.why
+    assert result.exit_code == Exit.NOT_CONFIRMED
     assert f"not confirmed by a paired A/B: {why}" in gate.render_text(result)
 
 
 def test_a_failing_ab_is_one_line_and_leaves_the_verdicts_not_confirmed(fake_ab):
     fake_ab(error="unknown revision 'aaaaaaaa'")
-    result = confirm.confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
-    assert result.exit_code == EXIT_NOT_CONFIRMED
-    assert result.confirmation["why"] == "the paired A/B failed: unknown revision 'aaaaaaaa'"
+    result = _confirm(_stored_slowdown(), pytest_args=[], budget_s=60)
+    assert result.exit_code == Exit.NOT_CONFIRMED
+    assert result.confirmation.why == "the paired A/B failed: unknown revision 'aaaaaaaa'"
 
 
 def test_the_same_code_or_nothing_undecided_runs_no_ab(fake_ab):
     fake = fake_ab(verdict=Verdict.REGRESSION)
-    confirm.confirm(gate.compare_runs(_run(1), _run(2, factors={"decode": 2})), pytest_args=[],
-                    budget_s=60)
+    _confirm(gate.compare_runs(_run(1), _run(2, factors={"decode": 2})), pytest_args=[],
+             budget_s=60)
     decided = gate.compare_runs(_run(1), _run(2, B))
     decided = dataclasses.replace(decided, comparisons=tuple(
         dataclasses.replace(c, verdict=Verdict.UNCHANGED) for c in decided.comparisons))
-    assert confirm.confirm(decided, pytest_args=[], budget_s=60) is decided
+    assert _confirm(decided, pytest_args=[], budget_s=60) is decided
     assert fake.calls == []
 
 
@@ -447,10 +455,10 @@ def test_with_nothing_slower_the_budget_goes_to_what_the_stored_runs_left_undeci
     run, leaves them as they were with no line about it."""
     stored = gate.compare_runs(_run(1), _run(2, B))
     undecided = {c.name for c in stored.comparisons if c.verdict is Verdict.INCONCLUSIVE}
-    assert undecided and not confirm.to_confirm(stored)
+    assert undecided and not pipeline.slower(stored)
     fake = fake_ab(verdict=Verdict.REGRESSION)
     log = io.StringIO()
-    result = confirm.confirm(stored, pytest_args=[], budget_s=60, log=log)
+    result = _confirm(stored, pytest_args=[], budget_s=60, log=log)
     (rev, kw), = fake.calls
     assert set(kw["schedule"]) == kw["schedule"].unreserved == undecided
     assert (f"llmbench: confirming {len(undecided)} the stored runs could not decide, on what "
@@ -458,17 +466,17 @@ def test_with_nothing_slower_the_budget_goes_to_what_the_stored_runs_left_undeci
     assert {a for a in kw["pytest_args"] if "::" in a} == undecided
     # Slower in the pairs, where the stored runs saw nothing: a regression, confirmed.
     assert {c.verdict for c in result.comparisons} == {Verdict.REGRESSION}
-    assert result.exit_code == EXIT_REGRESSION
-    assert confirm.confirm(stored, pytest_args=[], budget_s=None) is stored
+    assert result.exit_code == Exit.REGRESSION
+    assert _confirm(stored, pytest_args=[], budget_s=None) is stored
     gone = gate.compare_runs(_run(1, None), _run(2, B))
-    assert confirm.confirm(gone, pytest_args=[], budget_s=60) is gone
+    assert _confirm(gone, pytest_args=[], budget_s=60) is gone
     assert len(fake.calls) == 1
 
 
 def test_an_injected_slowdown_is_injected_on_the_candidate_side_of_the_ab(fake_ab):
     fake = fake_ab(verdict=Verdict.REGRESSION)
     slowed = _run(2, A, injected={"decode_step": 0.5}, factors={"decode": 1.5})
-    confirm.confirm(gate.compare_runs(_run(1), slowed), pytest_args=[], budget_s=60)
+    _confirm(gate.compare_runs(_run(1), slowed), pytest_args=[], budget_s=60)
     (_, kw), = fake.calls
     assert kw["candidate_args"] == ["-p", "llmbench.bench.inject", "--slow-down=decode_step=0.5"]
 
@@ -482,15 +490,15 @@ def test_a_saved_confirmation_that_settled_no_stored_regression_keeps_it_unconfi
     baseline = _run(1, QUIET_COMMIT)
     candidate_json = make_run(2, factors={"decode": 1.4})
     candidate_json["commit_info"] = {"id": B, "dirty": False}
-    confirmed = confirm.confirm(
+    confirmed = _confirm(
         gate.compare_runs(baseline, run_from_json(candidate_json, "c"), history=quiet_history()),
         pytest_args=[], budget_s=budget)
-    candidate_json["llmbench"]["confirmation"] = json.loads(json.dumps(confirmed.confirmation))
+    candidate_json["llmbench"]["confirmation"] = confirmed.confirmation.to_json()
     again = gate.compare_runs(baseline, run_from_json(candidate_json, "saved"),
                               history=quiet_history())
     assert _verdicts(again) == _verdicts(confirmed)
     assert again.exit_code == confirmed.exit_code == (
-        EXIT_NOT_CONFIRMED if budget else EXIT_REGRESSION)
+        Exit.NOT_CONFIRMED if budget else Exit.REGRESSION)
 
 
 def test_a_saved_confirmation_gives_compare_the_same_verdicts(fake_ab):
@@ -498,12 +506,12 @@ def test_a_saved_confirmation_gives_compare_the_same_verdicts(fake_ab):
     baseline = _run(1)
     candidate_json = make_run(2, factors={"decode": 1.4})
     candidate_json["commit_info"] = {"id": B, "dirty": False}
-    confirmed = confirm.confirm(gate.compare_runs(baseline, run_from_json(candidate_json, "c")),
-                                pytest_args=[], budget_s=60)
-    candidate_json["llmbench"]["confirmation"] = json.loads(json.dumps(confirmed.confirmation))
+    confirmed = _confirm(gate.compare_runs(baseline, run_from_json(candidate_json, "c")),
+                         pytest_args=[], budget_s=60)
+    candidate_json["llmbench"]["confirmation"] = confirmed.confirmation.to_json()
     again = gate.compare_runs(baseline, run_from_json(candidate_json, "saved"))
     assert _verdicts(again) == _verdicts(confirmed)
-    assert again.exit_code == EXIT_OK
+    assert again.exit_code == Exit.OK
     other_baseline = _run(5, "d" * 40)  # another run: the confirmation was not of this pair
     assert gate.compare_runs(other_baseline, run_from_json(candidate_json, "saved")
-                             ).exit_code == EXIT_NOT_CONFIRMED
+                             ).exit_code == Exit.NOT_CONFIRMED

@@ -13,7 +13,7 @@ from llmbench.engine.config import SamplingParams
 from llmbench.engine.counting import count_work
 from llmbench.engine.loop import generate
 from llmbench.engine.prompts import exact_length_ids
-from llmbench.errors import EXIT_OK, EXIT_REGRESSION
+from llmbench.errors import Exit
 from llmbench.gate import GateOptions, compare_runs, render
 from llmbench.gate.work import WorkStatus, judge_work
 from llmbench.runs.model import run_from_json
@@ -147,7 +147,7 @@ def test_more_work_fails_the_gate_whatever_the_timing_says():
     assert result.counts["regression"] == 0  # the timings are the same code's
     assert [f.name.split("::")[1] for f in result.work_regressions] == [
         "test_decode_steps[ctx=16]"]
-    assert result.exit_code == EXIT_REGRESSION
+    assert result.exit_code == Exit.REGRESSION
     text = render(result, "text")
     assert ("work: test_decode_steps[ctx=16]: more work: +30 aten::clone, +6.0% bytes "
             "(fails the gate)") in text
@@ -165,14 +165,14 @@ def test_no_work_gate_and_a_larger_threshold_report_without_failing():
     for options in (GateOptions(threshold=0.5, work_gate=False),
                     GateOptions(threshold=0.5, work_threshold=0.10)):
         result = compare_runs(_run(0, {}), _run(1, MORE_DECODE), options)
-        assert result.exit_code == EXIT_OK
+        assert result.exit_code == Exit.OK
         assert "+30 aten::clone" in render(result, "text")
 
 
 def test_other_torch_versions_show_the_work_diff_but_never_fail_on_it():
     result = compare_runs(_run(0, {}), _run(1, MORE_DECODE, {"torch": "2.14.0+cpu"}),
                           GateOptions(threshold=0.5))
-    assert result.work_regressions == [] and result.exit_code == EXIT_OK
+    assert result.work_regressions == [] and result.exit_code == Exit.OK
     text = render(result, "text")
     assert "(not gated: versions differ)" in text
     assert "never fails the gate here: torch 2.13.0+cpu -> 2.14.0+cpu" in text

@@ -5,17 +5,13 @@ since (on a shared machine, separate runs of the same code land further apart th
 gate's thresholds; figures: docs/measurements/2026-11-29-stored-and-block-ab.md). A/B
 mode removes the drift instead of modelling it. REV is checked out into a temporary `git
 worktree`, and its benchmark suite (the baseline) and the working tree's (the candidate)
-run side by side:
-- paired (the default, `judge_in_turn`, see `pairing`): two long-lived processes take turns
-  one round at a time, and each benchmark is judged on its pairs of rounds, measured seconds
-  apart, by a group-sequential test within a time budget. The recommended check for a
-  change on a noisy machine;
-- in blocks (`run_blocks`, `--blocks N`): each side's suite runs N times as fresh processes
-  in ABBA order, and the gate compares block medians (`stats`), with the block as the unit.
+run as two long-lived processes that take turns one round at a time (`judge_in_turn`, see
+`pairing`): each benchmark is judged on its pairs of rounds, measured seconds apart, by a
+group-sequential test within a time budget.
 
 Each side imports llmbench from its own checkout: the run's cwd is that checkout and it
-comes first on PYTHONPATH (ahead of the editable install). Both modes check this before
-timing anything, and check each baseline run's recorded commit against REV afterwards.
+comes first on PYTHONPATH (ahead of the editable install). This is checked before timing
+anything, and each baseline run's recorded commit against REV afterwards.
 """
 
 from __future__ import annotations
@@ -29,7 +25,6 @@ from pathlib import Path
 from typing import TextIO
 
 from llmbench import runs
-from llmbench.ab.blocks import DEFAULT_ROUNDS, run_blocks
 from llmbench.ab.checkout import (
     ABError,
     Checkout,
@@ -39,7 +34,7 @@ from llmbench.ab.checkout import (
     worktree,
 )
 from llmbench.gate import stats
-from llmbench.gate.compare import GateOptions, GateResult, compare_paired, compare_runs
+from llmbench.gate.compare import GateOptions, GateResult, compare_paired
 
 DEFAULT_BUDGET_S = 600.0  # paired: ten minutes fits the quick selection on a 2-core CPU
 
@@ -59,8 +54,7 @@ def live_threshold(options: GateOptions, nodeid: str, group: str | None,
     return stats.DEFAULT_THRESHOLDS[resolve_device(device_option or "auto").type]
 
 
-def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
-           budget_s: float = DEFAULT_BUDGET_S, max_pairs: int | None = None,
+def run_ab(rev: str, *, budget_s: float = DEFAULT_BUDGET_S, max_pairs: int | None = None,
            pytest_args: Sequence[str] = (), options: GateOptions | None = None,
            keep: str | None = None, repo: str | os.PathLike = ".",
            candidate_args: Sequence[str] = (), log: TextIO | None = None,
@@ -69,14 +63,13 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
            clearing_alpha: float | None = None,
            schedule: Mapping[str, float] | None = None) -> GateResult:
     """`llmbench ab REV`: REV's suite against the working tree's, paired round by round
-    within `budget_s` (`pairing`), or with `blocks`, interleaved in blocks (this module).
-    `focus` (paired rounds only): a benchmark whose pairs point at a regression may take the
-    rest of the budget (`focus`), for a confirmation, which needs one decided regression,
-    not every verdict. A pair in which others took more than `disturbed_share` of a side's
-    CPUs is taken again. `clearing_alpha` (a confirmation's unsplit alpha, paired rounds
-    only): a benchmark whose pairs rule out a regression at that level stops, cleared
-    (`sequential`, Clearing). `schedule` (a confirmation's, paired rounds only): the
-    benchmarks' order and the time reserved for each (`shares`)."""
+    within `budget_s` (`pairing`). `focus`: a benchmark whose pairs point at a regression may
+    take the rest of the budget (`focus`), for a confirmation, which needs one decided
+    regression, not every verdict. A pair in which others took more than `disturbed_share`
+    of a side's CPUs is taken again. `clearing_alpha` (a confirmation's unsplit alpha): a
+    benchmark whose pairs rule out a regression at that level stops, cleared (`sequential`,
+    Clearing). `schedule` (a confirmation's): the benchmarks' order and the time reserved for
+    each (`shares`)."""
     from llmbench.gate import sequential
 
     check_pytest_args(pytest_args)
@@ -85,9 +78,9 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
                                max_pairs=max_pairs or sequential.DEFAULT_MAX_PAIRS)
     clearing = (None if clearing_alpha is None else
                 sequential.Design(alpha=clearing_alpha, max_pairs=design.max_pairs))
-    if blocks is None and options.normalize:
+    if options.normalize:
         raise ABError("--normalize does not apply to a paired A/B: each pair already shares "
-                      "its moment on the machine; drop it (or pass --blocks)")
+                      "its moment on the machine; drop it")
     root = repo_root(repo)
     if keep is not None and Path(keep).exists() and any(Path(keep).iterdir()):
         raise ABError(f"--keep {keep}: the folder is not empty; pass a new one")
@@ -97,13 +90,6 @@ def run_ab(rev: str, *, blocks: int | None = None, rounds: int = DEFAULT_ROUNDS,
         source, sha = stack.enter_context(worktree(root, rev))
         baseline = Checkout("baseline", source, commit=sha)
         candidate = Checkout("candidate", root, tuple(candidate_args))
-        if blocks is not None:
-            if log is not None:
-                print(f"llmbench ab: baseline {rev} ({sha[:8]}) in {source}; candidate: the "
-                      f"working tree {root}; {blocks} blocks x {rounds} rounds", file=log)
-            base, cand = run_blocks(baseline, candidate, blocks=blocks, rounds=rounds,
-                                    pytest_args=pytest_args, workdir=workdir, log=log)
-            return compare_runs(base, cand, options)
         if log is not None:
             print(f"llmbench ab: baseline {rev} ({sha[:8]}) in {source}; candidate: the "
                   f"working tree {root}; paired rounds, budget {budget_s:.0f} s, at most "

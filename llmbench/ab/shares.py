@@ -2,7 +2,7 @@
 
 A plain `llmbench ab` knows nothing about its benchmarks before it pairs them, so each gets
 an equal share of what is left when it starts: one that cannot be decided does not starve
-the rest. A confirmation knows more. Its plan (`llmbench.bench.confirm_plan`) puts the
+the rest. A confirmation knows more. Its plan (`llmbench.gate.confirm_plan`) puts the
 candidates in order (stored regressions first, then the cheapest to decide) and costs each
 to the first look that can decide it. It runs them all in one A/B, in that order, on a
 schedule: when a benchmark's turn comes, what the first looks of the later ones cost is

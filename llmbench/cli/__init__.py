@@ -25,14 +25,14 @@ from llmbench.cli import (
     report,
     server,
 )
-from llmbench.errors import EXIT_USAGE, UserError
+from llmbench.errors import Exit, UserError
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (plus exit 2), not a usage dump."""
 
     def error(self, message: str):  # noqa: D401 - argparse's hook
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(Exit.USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
 class _Command(_Parser):
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             return args.func(args)
         except UserError as exc:
             print(f"llmbench {args.command}: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            return Exit.USAGE
         except KeyboardInterrupt:
             print(f"llmbench {args.command}: interrupted", file=sys.stderr)
-            return 130
+            return Exit.INTERRUPTED

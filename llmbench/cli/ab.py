@@ -1,5 +1,5 @@
 """`llmbench ab REV [-- PYTEST_ARGS]`: A/B a git revision against the working tree on this
-machine, paired round by round (or, with --blocks, interleaved in blocks). Exit codes as
+machine, paired round by round. Exit codes as
 for `llmbench compare`; Ctrl-C (or SIGTERM) ends both sides, prints what was decided so far
 and exits 130.
 
@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from llmbench.argtypes import duration, parsed_by, whole_number
-from llmbench.cli.args import add_gate_arguments, positive_int
+from llmbench.cli.args import add_gate_arguments
 
 COMMAND = "ab"
 
@@ -49,12 +49,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from llmbench import ab, gate
     from llmbench.gate.options import gate_options
 
-    if args.rounds is not None and args.blocks is None:
-        raise ab.ABError("--rounds applies to --blocks only: a paired A/B decides its rounds "
-                         "itself (see --budget and --max-pairs)")
     ab.end_on_sigterm()
-    result = ab.run_ab(args.rev, blocks=args.blocks, rounds=args.rounds or ab.DEFAULT_ROUNDS,
-                       budget_s=args.budget, max_pairs=args.max_pairs,
+    result = ab.run_ab(args.rev, budget_s=args.budget, max_pairs=args.max_pairs,
                        pytest_args=args.pytest_args, options=gate_options(vars(args)),
                        keep=args.keep, log=sys.stderr, on_interrupt=_print_decided,
                        disturbed_share=args.disturbed_share)
@@ -71,7 +67,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add `ab` to the `llmbench` command."""
-    from llmbench.ab import DEFAULT_BUDGET_S, DEFAULT_ROUNDS
+    from llmbench.ab import DEFAULT_BUDGET_S
     from llmbench.engine import disturbance
     from llmbench.gate.compare import parse_fraction
     from llmbench.gate.sequential import DEFAULT_MAX_PAIRS, FIRST_LOOK
@@ -105,12 +101,5 @@ def register(subparsers) -> None:
                              "hypervisor) took more than this share of a side's CPUs during "
                              f"either round; 100%% keeps every pair. Default: %(default)r "
                              f"(${disturbance.SHARE_ENV} sets it)")
-    parser.add_argument("--blocks", type=positive_int, default=None, metavar="N",
-                        help="instead of pairing rounds, run each side's suite N times, "
-                             "alternating, and judge the blocks' medians (the older mode: "
-                             "each block is a fresh process). Default: paired")
-    parser.add_argument("--rounds", type=positive_int, default=None, metavar="N",
-                        help=f"with --blocks: timed rounds per benchmark in each block. "
-                             f"Default: {DEFAULT_ROUNDS}")
     add_gate_arguments(parser)
     parser.set_defaults(func=cmd_ab, pytest_args=[])

@@ -11,7 +11,7 @@ import json
 
 from llmbench.cli.args import add_cache_argument, add_engine_arguments, engine_config, positive_int
 from llmbench.engine import agreement
-from llmbench.errors import EXIT_OK
+from llmbench.errors import Exit
 
 REFERENCE = {"dtype": "float32", "weights": "native", "kv_cache": "dynamic", "compile": False,
              "attn": "auto"}
@@ -34,7 +34,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"configuration": configuration, "reference": REFERENCE,
                           "prompt_tokens": args.prompt_tokens, **result.to_json()}, indent=2))
-        return EXIT_OK
+        return Exit.OK
     named = ", ".join(f"{k} {v}" for k, v in configuration.items() if k != "model")
     print(f"{candidate_config.model}: {named}\n  against float32, native weights, eager, "
           f"dynamic cache; {len(prompts)} prompts of {args.prompt_tokens} tokens")
@@ -42,7 +42,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         same = "identical" if prefix == result.length else f"first difference at token {prefix}"
         print(f"  prompt {i:2d}: {same}")
     print(f"  {result}")
-    return EXIT_OK
+    return Exit.OK
 
 
 def register(subparsers) -> None:

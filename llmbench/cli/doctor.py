@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from llmbench.errors import EXIT_OK, EXIT_REGRESSION
+from llmbench.errors import Exit
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -38,7 +38,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"\n{len(costly)} of {len(checks)} items cost stability"
               + (f": {', '.join(c.name for c in costly)}" if costly else "")
               + f" (torch {torch.__version__}; measured costs: {machine_state.STABILITY_PAGE})")
-    return EXIT_REGRESSION if costly else EXIT_OK
+    return Exit.REGRESSION if costly else Exit.OK
 
 
 def register(subparsers) -> None:

@@ -15,7 +15,7 @@ from llmbench.cli.args import (
     sampling_params,
 )
 from llmbench.engine.config import ENGINES
-from llmbench.errors import EXIT_OK, UserError
+from llmbench.errors import Exit, UserError
 
 DEFAULT_PROMPT = "Explain in two sentences what a KV cache does in a language model."
 
@@ -51,14 +51,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
               f"TTFT {result.ttft_s * 1e3:.0f} ms, "
               f"decode {'-' if ms is None else f'{ms:.1f}'} ms/token, "
               f"{result.tokens_per_second:.1f} tokens/s", file=sys.stderr)
-    return EXIT_OK
+    return Exit.OK
 
 
 def cmd_models(args: argparse.Namespace) -> int:
     from llmbench.engine.models import registered_names
 
     print("\n".join(registered_names()))
-    return EXIT_OK
+    return Exit.OK
 
 
 def register(subparsers) -> None:

@@ -7,7 +7,7 @@ import argparse
 import json
 
 from llmbench.cli.args import add_cache_argument, add_engine_arguments, engine_config, positive_int
-from llmbench.errors import EXIT_OK, UserError
+from llmbench.errors import Exit, UserError
 
 DEFAULT_TOP = 12
 
@@ -33,7 +33,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             "profiled_ms_per_step": total,
             "ops": [{"name": op.name, "ms_per_step": op.ms_per_step,
                      "calls_per_step": op.calls_per_step} for op in top]}, indent=2))
-        return EXIT_OK
+        return Exit.OK
     print(f"{lm.name} on {lm.device} ({config.variant or 'default engine'}, "
           f"{str(lm.dtype).removeprefix('torch.')}): decode {result.decode_ms_per_token:.1f} "
           f"ms/token unprofiled; {total:.1f} ms per step inside ops ({result.clock} time)")
@@ -48,7 +48,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if result.clock == "cpu" and outside > 0:
         print(f"outside any op (Python, dispatch, allocator): at least {outside:.2f} ms per "
               f"step, {outside / result.decode_ms_per_token:.0%} of the unprofiled step")
-    return EXIT_OK
+    return Exit.OK
 
 
 def register(subparsers) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from llmbench import runs
-from llmbench.errors import EXIT_OK, UserError
+from llmbench.errors import Exit, UserError
 from llmbench.gate import options, summary_line
 
 # The decision flags a report takes: it writes a report whatever the verdicts, so it has no
@@ -40,7 +40,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(f"not drawn: {outcome.file} ({outcome.skipped})")
     if result.gate is not None:
         print(summary_line(result.gate))
-    return EXIT_OK
+    return Exit.OK
 
 
 def register(subparsers) -> None:

@@ -23,7 +23,7 @@ from llmbench.cli.args import (
     sampling_params,
 )
 from llmbench.engine.config import EngineConfig, default_of
-from llmbench.errors import EXIT_OK, EXIT_REGRESSION, UserError
+from llmbench.errors import Exit, UserError
 from llmbench.load.client import run_load
 from llmbench.load.config import APIS, CONNECTION_ERROR, LoadConfig
 from llmbench.serve.settings import DEFAULT_MAX_CONTEXT, ServerSettings
@@ -123,7 +123,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"llmbench serve: {lm.name} on {lm.device} at http://{settings.host}:"
               f"{sock.getsockname()[1]} (API docs at /docs)", file=sys.stderr)
         uvicorn_server(app).run(sockets=[sock])
-    return EXIT_OK
+    return Exit.OK
 
 
 def cmd_load(args: argparse.Namespace) -> int:
@@ -169,11 +169,11 @@ def cmd_load(args: argparse.Namespace) -> int:
             fh.write(text + "\n")
     failed = [lv["summary"] for lv in levels if lv["summary"]["num_errors"]]
     if not failed:
-        return EXIT_OK
+        return Exit.OK
     print(f"llmbench load: failed: {sum(s['num_errors'] for s in failed)} of "
           f"{sum(lv['summary']['num_requests'] for lv in levels)} requests, at concurrency "
           f"{', '.join(str(s['concurrency']) for s in failed)}", file=sys.stderr)
-    return EXIT_REGRESSION
+    return Exit.REGRESSION
 
 
 def _is_refused(result) -> bool:

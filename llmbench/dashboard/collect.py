@@ -318,8 +318,7 @@ def read_kept_ab(folder: Path, names: Names) -> KeptAB:
     name = names.take(folder.name)
     try:
         if not (folder / "pairing.json").is_file():
-            raise UserError("no pairing.json: not a paired A/B kept by `llmbench ab --keep` "
-                            "(an A/B in --blocks is read by `llmbench compare`)")
+            raise UserError("no pairing.json: not a paired A/B kept by `llmbench ab --keep`")
         base, cand = _one_run(folder / "baseline"), _one_run(folder / "candidate")
         if not base.paired_with(cand):
             raise UserError("its two runs were not paired with each other")

@@ -1,6 +1,6 @@
 """The regression gate: two loaded runs and the options in, a verdict table and an exit code out.
 
-`compare_runs` takes two runs already loaded (callers load them through `llmbench.runs`;
+`screen_runs` takes two runs already loaded (callers load them through `llmbench.runs`;
 the gate reads no file), checks that they are comparable (environment, benchmarks in
 common), resolves each benchmark's threshold, measures the machine-speed ratio from the
 control samples, and hands the raw samples to `stats.compare_family`. `render` turns the
@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 
 import llmbench.gate.memory as peak_memory
 import llmbench.gate.work as counted_work
-from llmbench.errors import EXIT_NOT_CONFIRMED, EXIT_OK, EXIT_REGRESSION, UserError
+from llmbench.errors import Exit, UserError
 from llmbench.gate import noise as between_noise
 from llmbench.gate import sequential, stats, stored
+from llmbench.gate.confirmation import Confirmation
 from llmbench.runs.code import code_differences
 from llmbench.runs.environment import (
     EnvironmentMismatch,
@@ -127,9 +128,8 @@ class GateResult:
     code: tuple[str, ...] | None = None
     noise: between_noise.NoiseEstimate | None = None  # stored comparisons: the noise between runs
     between: Mapping[str, between_noise.Between] = field(default_factory=dict)
-    # The paired A/B that settled a stored comparison's slower benchmarks, or why none ran:
-    # {"status": "ran"|"not run", "why", "against", "benchmarks", "seconds"}.
-    confirmation: Mapping | None = None
+    # The paired A/B that settled a stored comparison's slower benchmarks, or why none ran.
+    confirmation: Confirmation | None = None
 
     @property
     def same_code(self) -> bool:
@@ -173,17 +173,17 @@ class GateResult:
     @property
     def exit_code(self) -> int:
         if self.work_regressions or self.memory_regressions:
-            return EXIT_REGRESSION
+            return Exit.REGRESSION
         if self.same_code:
-            return EXIT_OK
+            return Exit.OK
         counts = self.counts
         if counts["regression"] or (self.options.fail_on_inconclusive and counts["inconclusive"]):
-            return EXIT_REGRESSION
-        return EXIT_NOT_CONFIRMED if counts[stats.Verdict.NOT_CONFIRMED.value] else EXIT_OK
+            return Exit.REGRESSION
+        return Exit.NOT_CONFIRMED if counts[stats.Verdict.NOT_CONFIRMED.value] else Exit.OK
 
     @property
     def rounds_needed(self) -> tuple[int, str] | None:
-        """The most rounds (or blocks) per side that an inconclusive benchmark asks for."""
+        """The most rounds per side (or pairs) that an inconclusive benchmark asks for."""
         needed = [(c.rounds_needed, c.unit) for c in self.comparisons
                   if c.rounds_needed is not None]
         return max(needed, default=None)
@@ -286,15 +286,16 @@ def _undisturbed_only(comparisons: Sequence[stats.Comparison], baseline: Run, ca
     return tuple(out)
 
 
-def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = None,
-                 history: Sequence[Run] = ()) -> GateResult:
+def screen_runs(baseline: Run, candidate: Run, options: GateOptions | None = None,
+                history: Sequence[Run] = ()) -> GateResult:
     """Judge every benchmark the two runs share; `UserError` when they cannot be compared.
     The two sides of one paired A/B (`llmbench ab --keep`) are judged on their pairs, as
     `ab` judged them, unless --normalize asks for the unpaired rule.
 
     Two stored runs are judged by `stored`'s rules: no verdict when they measured the same
     code, and otherwise the rounds' verdicts only where the noise between runs, measured
-    from `history` (this environment's saved runs, `noise.estimate_noise`), supports them."""
+    from `history` (this environment's saved runs, `noise.estimate_noise`), supports them.
+    A confirmation settles those next (`pipeline`)."""
     options = options or GateOptions()
     if baseline.paired_with(candidate) and not options.normalize:
         recorded = baseline.pairing.get("design") or {}
@@ -317,21 +318,16 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
              for k in common}
     groups = {k: candidate.benchmarks[k].group for k in common
               if candidate.benchmarks[k].group is not None}
-    blocks = {k: (baseline.benchmarks[k].blocks, candidate.benchmarks[k].blocks)
-              for k in common if baseline.benchmarks[k].blocks and candidate.benchmarks[k].blocks}
     comparisons = _undisturbed_only(stats.compare_family(
         pairs, rule, thresholds=thresholds, groups=groups,
-        speed_ratio=speed.ratio if options.normalize and speed else 1.0, blocks=blocks),
+        speed_ratio=speed.ratio if options.normalize and speed else 1.0),
         baseline, candidate)
     result = _result(baseline, candidate, options, common, other_work, comparisons, speed,
                      mismatches)
-    if blocks:  # pooled A/B blocks are already judged between processes
-        return result
     code = tuple(code_differences(baseline, candidate))
     estimate = between_noise.estimate_noise(history)
     between = between_noise.between_runs({c.name: c.ratio for c in comparisons}, estimate.spreads,
                                  {c.name: c.threshold for c in comparisons}, rule.confidence)
-    confirmation = None
     if not code:
         # The same code: no verdict on it. The rounds' verdicts would read as claims about
         # the code in counts, tables and plots, so each says it is the machine's.
@@ -341,13 +337,8 @@ def compare_runs(baseline: Run, candidate: Run, options: GateOptions | None = No
             for c in comparisons)
     else:
         comparisons = stored.stored_verdicts(comparisons, between, options.alpha)
-        # The suite's gate confirmed this very pair by a paired A/B when it ran: the same
-        # verdicts again, not the stored runs' alone.
-        if (confirmation := stored.recorded_confirmation(baseline, candidate)) is not None:
-            comparisons = stored.apply_recorded(comparisons, confirmation)
-            confirmation = {k: v for k, v in confirmation.items() if k != "comparisons"}
     return dataclasses.replace(result, comparisons=comparisons, code=code, noise=estimate,
-                               between=between, confirmation=confirmation)
+                               between=between)
 
 
 def compare_paired(baseline: Run, candidate: Run, design: sequential.Design,

@@ -114,7 +114,7 @@ def fewest_to_clear(design: Design) -> int:
                 design.looks[-1])
 
 
-def pairs_needed(c: Comparison, base: runs.Benchmark, cand: runs.Benchmark,
+def expected_pairs(c: Comparison, base: runs.Benchmark, cand: runs.Benchmark,
                  design: Design, benchmarks: int) -> int:
     """The look at which a paired A/B is expected to call `c` a regression: the pairs for
     the interval of the pairs' log-ratios to clear 1 + threshold, at the spread of the two
@@ -154,7 +154,7 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
         if base is None or cand is None:
             continue
         if c.verdict is Verdict.REGRESSION:
-            n, first = (pairs_needed(c, base, cand, design, family_size),
+            n, first = (expected_pairs(c, base, cand, design, family_size),
                         fewest_for_regression(design, family_size))
         else:
             # Costed at the first look that can clear it, not from the stored rounds'

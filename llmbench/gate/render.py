@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from llmbench.gate import stats
 from llmbench.gate.compare import GateResult
+from llmbench.gate.confirmation import Family
 from llmbench.gate.memory import MemoryStatus
 from llmbench.gate.work import WorkFinding, WorkStatus, differing, rule_words, tally
 from llmbench.runs.code import code_of
@@ -200,41 +201,33 @@ def code_lines(result: GateResult) -> list[str]:
     if not result.same_code and (line := noise_line(result)) is not None:
         lines.append(line)
     conf = result.confirmation
-    if conf is not None and conf.get("status") == "ran":
-        undecided = set(conf.get("undecided") or ())
-        left = [name for name in conf.get("left") or () if name not in undecided]
-        unreached = len(conf.get("left") or ()) - len(left)
-        lines.append(f"confirmed by a paired A/B against {conf.get('against', '')[:8]}: "
-                     f"{len(conf.get('benchmarks', ()))} benchmarks in "
-                     f"{conf.get('seconds', 0):.0f} s; their verdicts are the A/B's"
-                     + (f"; {cleared} cleared (their pairs rule out a regression at alpha "
-                        f"{result.options.alpha:g}, one test that none is past the "
-                        "threshold)" if (cleared := _cleared(conf)) else "")
-                     + _family_words(conf)
+    if conf is not None and conf.ran:
+        undecided = set(conf.undecided)
+        left = [name for name in conf.left if name not in undecided]
+        unreached = len(conf.left) - len(left)
+        lines.append(f"confirmed by a paired A/B against {conf.against[:8]}: "
+                     f"{len(conf.benchmarks)} benchmarks in "
+                     f"{conf.seconds or 0:.0f} s; their verdicts are the A/B's"
+                     + (f"; {conf.cleared} cleared (their pairs rule out a regression at "
+                        f"alpha {result.options.alpha:g}, one test that none is past the "
+                        "threshold)" if conf.cleared else "")
+                     + _family_words(conf.family)
                      + (f"; {len(left)} more slower benchmark(s) its budget did not "
                         "reach are not confirmed" if left else "")
                      + (f"; {unreached} the stored runs could not decide were not reached "
                         "and stay inconclusive" if unreached else ""))
     elif conf is not None:
-        lines.append(f"not confirmed by a paired A/B: {conf.get('why')}")
+        lines.append(f"not confirmed by a paired A/B: {conf.why}")
     return lines
 
 
-def _family_words(confirmation) -> str:
+def _family_words(together: Family | None) -> str:
     """What the family decided together (`gate.family`), for the confirmation's line."""
-    together = confirmation.get("family")
-    if not together:
+    if together is None:
         return ""
-    return (f"; {len(together.get('benchmarks') or ())} slower benchmark(s) decided together "
-            f"({together.get('pairs')} pairs each, a closed test at alpha "
-            f"{together.get('alpha', 0):.2g}): {len(together.get('regression') or ())} "
-            "named a regression")
-
-
-def _cleared(confirmation) -> int:
-    """How many candidates a confirmation's pairs cleared (`sequential`, Clearing)."""
-    return sum(str(c.get("reason", "")).startswith("cleared")
-               for c in confirmation.get("comparisons") or ())
+    return (f"; {len(together.benchmarks)} slower benchmark(s) decided together "
+            f"({together.pairs} pairs each, a closed test at alpha {together.alpha:.2g}): "
+            f"{len(together.regression)} named a regression")
 
 
 def header_lines(result: GateResult) -> list[str]:
@@ -269,11 +262,6 @@ def header_lines(result: GateResult) -> list[str]:
                  else "not divided out; --normalize would")
         lines.append(f"machine speed (control, candidate/baseline): {s.ratio:.3f} "
                      f"{_interval(s.ci_low, s.ci_high)}, {state}")
-    by_blocks = [c for c in result.comparisons if c.unit == "blocks"]
-    if by_blocks:
-        kb, kc = by_blocks[0].n_blocks
-        lines.append(f"judged on block medians ({kb} vs {kc} blocks, Welch's t): rounds of one "
-                     f"block are not independent draws")
     paired = [c for c in result.comparisons if c.unit == "pairs"]
     if paired:
         used = sorted(c.n_pairs for c in paired)
@@ -353,6 +341,17 @@ def summary_line(result: GateResult) -> str:
     return line
 
 
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str
+                   ) -> list[str]:
+    """The one markdown table writer: `align` is "<" (left) or ">" (right) for each column;
+    a "|" in a cell is escaped, so no cell can break its row."""
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    rule = {"<": ":--", ">": "--:"}
+    return [line(header), "|" + "|".join(rule[a] for a in align) + "|", *map(line, rows)]
+
+
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     left = {0, len(header) - 1}
@@ -397,14 +396,10 @@ def render_markdown(result: GateResult) -> str:
 
     lines = ["### llmbench regression gate", ""]
     lines += [f"- {esc(line)}" for line in header_lines(result)]
-    lines += ["", "| " + " | ".join(COLUMNS) + " |",
-              "|" + "|".join([":--"] + ["--:"] * (len(COLUMNS) - 2) + [":--"]) + "|"]
-    for row in _rows(result):
-        cells = [f"`{esc(row[0])}`", *map(esc, row[1:-1])]
-        verdict = row[-1]
-        cells.append(f"**{verdict}**" if not verdict.startswith("unchanged") else verdict)
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+    rows = [[f"`{row[0]}`", *row[1:-1],
+             row[-1] if row[-1].startswith("unchanged") else f"**{row[-1]}**"]
+            for row in _rows(result)]
+    lines += ["", *markdown_table(COLUMNS, rows, "<" + ">" * (len(COLUMNS) - 2) + "<"), ""]
     lines += [f"- {esc(note)}" for note in [*work_lines(result), *memory_lines(result),
                                             *_one_side_notes(result)]]
     lines.append(f"**{esc(summary_line(result))}**")
@@ -452,7 +447,9 @@ def to_json(result: GateResult) -> dict:
             "spreads": {k: {**dataclasses.asdict(v), "df": _finite(v.df)}
                         for k, v in result.noise.spreads.items()}},
         "between": {k: dataclasses.asdict(v) for k, v in result.between.items()},
-        "confirmation": None if result.confirmation is None else dict(result.confirmation),
+        # The settled rows are the table's own: the record without the A/B's copy of them.
+        "confirmation": None if result.confirmation is None else {
+            k: v for k, v in result.confirmation.to_json().items() if k != "comparisons"},
         "counts": result.counts,
         "summary": summary_line(result),
         "exit_code": result.exit_code,

@@ -2,16 +2,16 @@
 
 Each observation is a *pair*: one round of the baseline and one of the candidate, timed
 seconds apart in turn, so that the machine's slow drift (the noise that separates runs
-minutes apart) falls on both alike. A benchmark is judged on its pairs' log-ratios
-d = ln(candidate) - ln(baseline): the ratio is exp(mean d), the geometric mean of the pair
-ratios: the ratio is exp of their Hodges-Lehmann centre (the median of the Walsh averages,
-(d_i + d_j) / 2), and the test is Wilcoxon's signed-rank test (H0: d symmetric about 0),
-exact up to 150 pairs. Under A/A the two sides are exchangeable, so d *is* symmetric about
-0: the test's level then holds exactly, at any number of pairs, whatever the shape of the
-noise. Its interval (Walsh averages between the critical ranks) is distribution-free too.
-Ranks, not means: one descheduled round (on a busy machine, one round of a pair can take
-several times as long as the other; figures: docs/measurements/2026-11-30-from-the-code.md)
-widens a t interval past any use, while it moves a rank by one place.
+minutes apart) falls on both alike. A benchmark is judged on its pairs' log-ratios d =
+ln(candidate) - ln(baseline): the ratio is exp of their Hodges-Lehmann centre (the median of
+the Walsh averages, (d_i + d_j) / 2), and the test is Wilcoxon's signed-rank test (H0: d
+symmetric about 0), exact up to 150 pairs. Under A/A the two sides are exchangeable, so d
+*is* symmetric about 0: the test's level then holds exactly, at any number of pairs,
+whatever the shape of the noise. Its interval (Walsh averages between the critical ranks) is
+distribution-free too. Ranks, not means: one descheduled round (on a busy machine, one round
+of a pair can take several times as long as the other; figures:
+docs/measurements/2026-11-30-from-the-code.md) widens a t interval past any use, while it
+moves a rank by one place.
 
 Sequential, with a budget: pairs are added to one benchmark until it is decided, and it is
 looked at only at a fixed schedule of pair counts, the *looks* (`Design.looks`: 8, 12, 18,
@@ -65,7 +65,7 @@ import numpy as np
 from scipy import special
 from scipy import stats as scipy_stats
 
-from llmbench.gate.stats import MAX_ROUNDS_NEEDED, Comparison, Verdict, holm
+from llmbench.gate.stats import MAX_ROUNDS_NEEDED, Comparison, Verdict, decide, holm
 
 DEFAULT_MAX_PAIRS = 120
 FIRST_LOOK = 8  # the fewest pairs whose signed-rank interval is finite at alpha / K
@@ -184,12 +184,6 @@ def walsh_interval(d: np.ndarray, a: float) -> tuple[float, float, float]:
     return centre, float(walsh[c - 1]), float(walsh[walsh.size - c])
 
 
-def _signed_rank(d: np.ndarray, a: float) -> tuple[float, float, float, float]:
-    """(centre, two-sided p, CI low, CI high) in log units, for the log-ratios d."""
-    centre, low, high = walsh_interval(d, a)
-    return centre, _signed_rank_p(d), low, high
-
-
 @dataclass(frozen=True)
 class PairedEstimate:
     """One benchmark's pairs, judged at their last look."""
@@ -235,16 +229,8 @@ def estimate(d: Sequence[float], design: Design) -> PairedEstimate | None:
 
 
 def verdict(est: PairedEstimate, threshold: float, p_adjusted: float, alpha: float) -> Verdict:
-    """The verdict words of `compare`, on a paired estimate and its Holm-adjusted P."""
-    upper, lower = 1 + threshold, 1 / (1 + threshold)
-    significant = p_adjusted <= alpha
-    if significant and est.centre > 0 and est.ci_low > upper:
-        return Verdict.REGRESSION
-    if significant and est.centre < 0 and est.ci_high < lower:
-        return Verdict.IMPROVEMENT
-    if lower <= est.ci_low and est.ci_high <= upper:
-        return Verdict.UNCHANGED
-    return Verdict.INCONCLUSIVE
+    """The gate's one rule (`stats.decide`) on a paired estimate and its Holm-adjusted P."""
+    return decide(p_adjusted <= alpha, est.centre, est.ci_low, est.ci_high, threshold)
 
 
 def stop_decision(d: Sequence[float], design: Design, threshold: float, m: int

@@ -1,8 +1,8 @@
 """Statistics behind the regression gate: timing samples in, immutable verdicts out.
 
-One module of ~420 lines, on purpose: it is one decision rule (the rank test, the bootstrap
-interval, the block test and the rounds-needed planners all answer to the same `Rule` and
-are read together against the verdict definitions below), and it imports nothing of ours,
+One module, on purpose: it is one decision rule (the rank test, the bootstrap
+interval and the rounds-needed planner all answer to the same `Rule` and are read together
+against the verdict definitions below), and it imports nothing of ours,
 so the rule can be checked on its own.
 
 Pure functions, no I/O; samples are per-round seconds, lower is better. API: ``compare_family``
@@ -36,16 +36,6 @@ Why:
   candidate machine is slower), i.e. into baseline-machine time. r's uncertainty is not
   propagated: normalize only when the control CI excludes 1, with delta well above its width.
 - Rounds are assumed independent; drift within a run (thermal, clocks) is not modelled.
-- Blocks (A/B mode: each side pooled from several pytest runs, ``blocks=``): rounds of one
-  block share its moment on the machine, so the medians of one side's blocks can differ by
-  more than its rounds within a block do (figures:
-  docs/measurements/2026-11-29-from-the-code.md). Pooled rounds are then not independent
-  draws, and the rank test on them would overstate the evidence. With >= 2 blocks a side,
-  the unit is the block: Welch's t on the log block medians gives p, direction and a t
-  interval (exponentiated: a CI of the ratio), and ratio = exp(mean difference). Welch: no
-  equal-spread assumption; on log medians of a few rounds the t approximation is
-  reasonable, and an exact rank test on 4 vs 4 blocks could never pass Holm.
-  ``rounds_needed`` then counts blocks per side (``unit``).
 """
 
 from __future__ import annotations
@@ -124,7 +114,7 @@ class Comparison:
     n_candidate: int
     baseline_median: float
     candidate_median: float  # after speed normalization
-    ratio: float  # candidate_median / baseline_median (blocks: see the docstring)
+    ratio: float  # candidate_median / baseline_median
     ci_low: float  # (0, inf) when a side has a single round: no dispersion to resample
     ci_high: float
     p_value: float  # two-sided rank test
@@ -134,18 +124,17 @@ class Comparison:
     rounds_needed: int | None  # only for INCONCLUSIVE: `unit`s per side that should decide
     reason: str
     speed_ratio: float = 1.0
-    n_blocks: tuple[int, int] = (0, 0)  # blocks per side when judged on block medians
     n_pairs: int = 0  # pairs of rounds, when judged paired (`sequential`)
 
     @property
     def unit(self) -> str:
-        """What `rounds_needed` counts: "pairs" when judged paired, "blocks" when judged on
-        block medians, else "rounds" (per side)."""
-        return "pairs" if self.n_pairs else "blocks" if self.n_blocks[0] else "rounds"
+        """What `rounds_needed` counts: "pairs" when judged paired, else "rounds" (per
+        side)."""
+        return "pairs" if self.n_pairs else "rounds"
 
     @property
     def per_side(self) -> str:
-        """How `rounds_needed` reads: "/side" for rounds and blocks; a pair spans both."""
+        """How `rounds_needed` reads: "/side" for rounds; a pair spans both."""
         return "" if self.n_pairs else "/side"
 
 
@@ -306,47 +295,6 @@ def _rounds_needed(b, c, ratio, delta, rule, m, n_now) -> tuple[int, str]:
     return n, f"need ~{n} rounds/side (test: {n_test}, CI vs delta: {n_ci})"
 
 
-def _block_log_medians(x: np.ndarray, sizes: Sequence[int], what: str) -> np.ndarray:
-    """Log of each block's median; `sizes` are the rounds of consecutive blocks."""
-    sizes = [int(n) for n in sizes]
-    if sum(sizes) != x.size or min(sizes, default=0) < 1:
-        raise ValueError(f"{what}: block sizes {sizes} do not add up to its {x.size} samples")
-    return np.array([np.log(np.median(part)) for part in np.split(x, np.cumsum(sizes)[:-1])])
-
-
-def _block_test(lb: np.ndarray, lc: np.ndarray, rule: Rule
-                ) -> tuple[float, int, float, float, float]:
-    """Welch's t on log block medians: p, direction, ratio, CI low, CI high."""
-    diff = float(lc.mean() - lb.mean())
-    direction = int(np.sign(diff))
-    if np.ptp(lb) == 0 and np.ptp(lc) == 0:
-        # No spread in either side (synthetic data): Welch's limit, t = +-inf or 0/0.
-        ratio = math.exp(diff)
-        return (1.0 if diff == 0 else 0.0), direction, ratio, ratio, ratio
-    result = scipy_stats.ttest_ind(lc, lb, equal_var=False)
-    ci = result.confidence_interval(rule.confidence)
-    return float(result.pvalue), direction, math.exp(diff), math.exp(ci.low), math.exp(ci.high)
-
-
-def _blocks_needed(lb, lc, ratio, delta, rule, k_now) -> tuple[int, str]:
-    """Blocks per side whose Welch interval would be narrower than the gap to the nearest
-    decision boundary, ln(1 + delta), at the spread seen between blocks."""
-    sigma = _pooled_sd(lb, lc)  # >= 2 blocks a side: dof >= 2
-    gap = abs(abs(math.log(ratio)) - math.log1p(delta))
-    q = 0.5 + rule.confidence / 2
-    if sigma == 0:
-        k = k_now + 1
-    elif gap == 0:
-        k = MAX_ROUNDS_NEEDED
-    else:  # start from the normal approximation (a lower bound), then step up the t quantile
-        k = max(k_now + 1, 2, math.ceil(2 * (scipy_stats.norm.ppf(q) * sigma / gap) ** 2))
-        t_quantile = scipy_stats.t.ppf
-        while k < MAX_ROUNDS_NEEDED and t_quantile(q, 2 * k - 2) * sigma * math.sqrt(2 / k) >= gap:
-            k += 1
-    k = min(MAX_ROUNDS_NEEDED, k)
-    return k, f"need ~{k} blocks/side (block spread {sigma:.3f} in log time)"
-
-
 def speed_ratio(
     baseline_control: Sequence[float], candidate_control: Sequence[float], rule: Rule
 ) -> SpeedRatio:
@@ -357,25 +305,38 @@ def speed_ratio(
     return SpeedRatio(ratio, *_ratio_ci(b, c, rule, rule.seed), int(b.size), int(c.size))
 
 
+@dataclass(frozen=True)
+class _Tested:
+    """One benchmark's rounds, tested, before Holm over the run."""
+
+    name: str
+    b: np.ndarray  # baseline rounds
+    c: np.ndarray  # candidate rounds, in baseline-machine time
+    median_b: float
+    median_c: float
+    p: float  # two-sided rank test
+    direction: int  # +1: the candidate's rounds rank slower
+    ratio: float
+    ci_low: float
+    ci_high: float
+
+
 def compare_family(
     pairs: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     rule: Rule,
     thresholds: Mapping[str, float] | None = None,
     groups: Mapping[str, str] | None = None,
     speed_ratio: float | SpeedRatio = 1.0,
-    blocks: Mapping[str, tuple[Sequence[int], Sequence[int]]] | None = None,
 ) -> tuple[Comparison, ...]:
     """Compare every benchmark of one run: {name: (baseline, candidate)} -> Comparisons.
 
     ``thresholds`` (resolved with ``threshold_for``) default to ``rule.threshold``; the family
-    for Holm is all of ``pairs``. Candidate samples are divided by ``speed_ratio``. ``blocks``
-    gives, per name, each side's rounds per block (samples in order); a name with >= 2 blocks
-    on both sides is judged on its block medians.
+    for Holm is all of ``pairs``. Candidate samples are divided by ``speed_ratio``.
     """
     if not pairs:
         raise ValueError("compare_family: no benchmarks to compare")
-    thresholds, groups, blocks = dict(thresholds or {}), dict(groups or {}), dict(blocks or {})
-    for what, keys in (("thresholds", thresholds), ("groups", groups), ("blocks", blocks)):
+    thresholds, groups = dict(thresholds or {}), dict(groups or {})
+    for what, keys in (("thresholds", thresholds), ("groups", groups)):
         if unknown := sorted(set(keys) - set(pairs)):
             raise ValueError(f"compare_family: {what} for unknown benchmarks {unknown}")
     r = float(getattr(speed_ratio, "ratio", speed_ratio))
@@ -386,41 +347,34 @@ def compare_family(
     for name, (base, cand) in pairs.items():
         b = _samples(base, f"{name}: baseline")
         c = _samples(cand, f"{name}: candidate") / r
-        meds = float(np.median(b)), float(np.median(c))
-        sizes_b, sizes_c = blocks.get(name, ((), ()))
-        if len(sizes_b) >= 2 and len(sizes_c) >= 2:
-            lb = _block_log_medians(b, sizes_b, f"{name}: baseline")
-            lc = _block_log_medians(c, sizes_c, f"{name}: candidate")
-            p, direction, ratio, lo, hi = _block_test(lb, lc, rule)
-            rows.append((name, b, c, meds, p, direction, ratio, lo, hi, (lb, lc)))
-            continue
+        med_b, med_c = float(np.median(b)), float(np.median(c))
         seed = [rule.seed, zlib.crc32(name.encode())]  # per name: independent of family order
         p, direction = _rank_test(b, c)
-        rows.append((name, b, c, meds, p, direction, meds[1] / meds[0],
-                     *_ratio_ci(b, c, rule, seed), None))
+        rows.append(_Tested(name, b, c, med_b, med_c, p, direction, med_c / med_b,
+                            *_ratio_ci(b, c, rule, seed)))
 
     m = len(rows)
-    p_adj = holm([row[4] for row in rows])
+    p_adj = holm([row.p for row in rows])
     out = []
     for row, pa in zip(rows, p_adj, strict=True):
-        name, b, c, (med_b, med_c), p, direction, ratio, lo, hi, block_logs = row
+        name, b, c, med_b, med_c = row.name, row.b, row.c, row.median_b, row.median_c
+        p, direction, ratio, lo, hi = row.p, row.direction, row.ratio, row.ci_low, row.ci_high
         delta = _check_threshold(thresholds.get(name, rule.threshold), f"thresholds[{name!r}]")
         up, down = 1 + delta, 1 / (1 + delta)
         significant = pa <= rule.alpha
-        # Welch's p can be anything from 2 blocks a side on; the exact rank test has a floor.
-        min_p = 0.0 if block_logs else _min_p(b.size, c.size)
+        min_p = _min_p(b.size, c.size)  # the exact rank test's floor at these rounds
         ci = f"CI [{lo:.3f}, {hi:.3f}]"
         needed = None
-        if significant and direction > 0 and lo > up:
-            verdict, reason = Verdict.REGRESSION, f"slower: {ci} above {up:.3f}, p_adj={pa:.2g}"
-        elif significant and direction < 0 and hi < down:
-            verdict, reason = Verdict.IMPROVEMENT, f"faster: {ci} below {down:.3f}, p_adj={pa:.2g}"
-        elif down <= lo and hi <= up and min_p <= rule.alpha / m:
-            # Only with enough rounds that a change could have been detected: at tiny n the
-            # percentile bootstrap of a median badly under-covers, and "unchanged" is a pass.
-            verdict, reason = Verdict.UNCHANGED, f"{ci} within [{down:.3f}, {up:.3f}]"
+        # "Unchanged" only with enough rounds that a change could have been detected: at tiny
+        # n the percentile bootstrap of a median badly under-covers, and "unchanged" is a pass.
+        verdict = decide(significant, direction, lo, hi, delta, min_p <= rule.alpha / m)
+        if verdict is Verdict.REGRESSION:
+            reason = f"slower: {ci} above {up:.3f}, p_adj={pa:.2g}"
+        elif verdict is Verdict.IMPROVEMENT:
+            reason = f"faster: {ci} below {down:.3f}, p_adj={pa:.2g}"
+        elif verdict is Verdict.UNCHANGED:
+            reason = f"{ci} within [{down:.3f}, {up:.3f}]"
         else:
-            verdict = Verdict.INCONCLUSIVE
             if min_p > rule.alpha / m:
                 why = (f"too few rounds ({b.size}/{c.size}): best exact p {min_p:.2g} > "
                        f"alpha/m = {rule.alpha / m:.2g}")
@@ -428,19 +382,32 @@ def compare_family(
                 why = f"significant (p_adj={pa:.2g}) but {ci} straddles the +/-{delta:.0%} band"
             else:
                 why = f"not significant (p_adj={pa:.2g}) and {ci} not within +/-{delta:.0%}"
-            if block_logs:
-                needed, plan = _blocks_needed(*block_logs, ratio, delta, rule,
-                                              min(map(len, block_logs)))
-            else:
-                needed, plan = _rounds_needed(b, c, ratio, delta, rule, m, min(b.size, c.size))
+            needed, plan = _rounds_needed(b, c, ratio, delta, rule, m, min(b.size, c.size))
             reason = f"{why}; {plan}"
         out.append(Comparison(
             name=name, group=groups.get(name), n_baseline=int(b.size), n_candidate=int(c.size),
             baseline_median=med_b, candidate_median=med_c, ratio=ratio, ci_low=lo, ci_high=hi,
             p_value=p, p_adjusted=float(pa), threshold=delta, verdict=verdict,
-            rounds_needed=needed, reason=reason, speed_ratio=r,
-            n_blocks=tuple(map(len, block_logs)) if block_logs else (0, 0)))
+            rounds_needed=needed, reason=reason, speed_ratio=r))
     return tuple(out)
+
+
+def decide(significant: bool, direction: float, low: float, high: float, threshold: float,
+           could_detect: bool = True) -> Verdict:
+    """The one rule every comparison answers to (stored rounds here, the noise between runs
+    in `stored`, pairs in `sequential`): a regression or an improvement needs the test's
+    significance in its direction and the whole interval beyond the threshold (1 + delta, or
+    1 / (1 + delta): symmetric in log-ratio); unchanged needs the whole interval within both,
+    and a sample that could have detected a change at all (`could_detect`); anything else is
+    inconclusive."""
+    up, down = 1 + threshold, 1 / (1 + threshold)
+    if significant and direction > 0 and low > up:
+        return Verdict.REGRESSION
+    if significant and direction < 0 and high < down:
+        return Verdict.IMPROVEMENT
+    if could_detect and down <= low and high <= up:
+        return Verdict.UNCHANGED
+    return Verdict.INCONCLUSIVE
 
 
 def summarize(comparisons: Sequence[Comparison]) -> dict[str, int]:

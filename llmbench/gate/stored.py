@@ -25,12 +25,11 @@ machine's (`GateResult.same_code`).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 
+from llmbench.gate.confirmation import Confirmation
 from llmbench.gate.noise import Between
-from llmbench.gate.stats import Comparison, Verdict
-from llmbench.runs.model import Run
+from llmbench.gate.stats import Comparison, Verdict, decide
 
 
 def _between_words(b: Between) -> str:
@@ -39,15 +38,19 @@ def _between_words(b: Between) -> str:
 
 def stored_verdict(c: Comparison, b: Between | None, alpha: float) -> Comparison:
     """One benchmark's verdict from its rounds (`c`) and its test against the noise between
-    runs (`b`; None when that noise is not measured)."""
-    up, down = 1 + c.threshold, 1 / (1 + c.threshold)
+    runs (`b`; None when that noise is not measured): the gate's one rule (`stats.decide`)
+    on each, and the rounds' verdict kept only where the noise between runs gives it too."""
+    # The between-runs test asks the rounds' question: in their direction, or none.
+    direction = {Verdict.REGRESSION: 1, Verdict.IMPROVEMENT: -1}.get(c.verdict, 0)
+    between = None if b is None else decide(b.p_adjusted <= alpha, direction, b.ci_low,
+                                             b.ci_high, c.threshold)
     if c.verdict is Verdict.REGRESSION:
         if b is None:
             return dataclasses.replace(
                 c, verdict=Verdict.NOT_CONFIRMED,
                 reason=f"{c.reason}; the noise between runs is not measured yet, so this run "
                        "alone cannot tell the machine's drift from the code")
-        if b.p_adjusted <= alpha and b.ci_low > up:
+        if between is Verdict.REGRESSION:
             return dataclasses.replace(c, reason=f"{c.reason}; beyond the noise between runs "
                                                  f"({_between_words(b)})")
         return dataclasses.replace(
@@ -55,15 +58,14 @@ def stored_verdict(c: Comparison, b: Between | None, alpha: float) -> Comparison
             reason=f"{c.reason}; but within the noise between runs ({_between_words(b)}: a "
                    f"stored comparison calls x{b.smallest_regression:.3f} or more)")
     if c.verdict is Verdict.IMPROVEMENT:
-        if b is not None and b.p_adjusted <= alpha and b.ci_high < down:
+        if between is Verdict.IMPROVEMENT:
             return dataclasses.replace(c, reason=f"{c.reason}; beyond the noise between runs "
                                                  f"({_between_words(b)})")
         why = ("the noise between runs is not measured yet" if b is None
                else f"not beyond the noise between runs ({_between_words(b)})")
         return dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None,
                                    reason=f"faster on this run's rounds, but {why}")
-    if c.verdict is Verdict.INCONCLUSIVE and (b is None or not down <= b.ci_low <= b.ci_high
-                                              <= up):
+    if c.verdict is Verdict.INCONCLUSIVE and between is not Verdict.UNCHANGED:
         # Rounds alone would not decide it either: the noise between runs stands in the way,
         # which no number of rounds in one run can shrink.
         return dataclasses.replace(c, rounds_needed=None)
@@ -72,7 +74,7 @@ def stored_verdict(c: Comparison, b: Between | None, alpha: float) -> Comparison
             c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None,
             reason=f"within +/-{c.threshold:.0%} on this run's rounds, but the noise between "
                    "runs is not measured yet")
-    if c.verdict is Verdict.UNCHANGED and not down <= b.ci_low <= b.ci_high <= up:
+    if c.verdict is Verdict.UNCHANGED and between is not Verdict.UNCHANGED:
         return dataclasses.replace(
             c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None,
             reason=f"within +/-{c.threshold:.0%} on this run's rounds, but separate runs of one "
@@ -115,36 +117,6 @@ def settle(comparisons: Sequence[Comparison],
     return tuple(out)
 
 
-def comparison_json(c: Comparison) -> dict:
-    """A verdict as a run saves it (JSON has no infinity)."""
-    out = {**dataclasses.asdict(c), "verdict": c.verdict.value}
-    return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in out.items()}
-
-
-def comparison_from_json(data: Mapping) -> Comparison:
-    fields = {f.name for f in dataclasses.fields(Comparison)}
-    values = {k: v for k, v in data.items() if k in fields}
-    values["verdict"] = Verdict(values["verdict"])
-    values["n_blocks"] = tuple(values.get("n_blocks") or (0, 0))
-    if values.get("ci_high") is None:
-        values["ci_high"] = math.inf
-    return Comparison(**values)
-
-
-def run_stamp(run: Run) -> dict:
-    """What names a saved run across copies and paths: when it ran and its commit."""
-    return {"datetime": run.datetime, "commit": run.commit_info.get("id")}
-
-
-def recorded_confirmation(baseline: Run, candidate: Run) -> Mapping | None:
-    """The paired A/B the suite ran when it judged `candidate` against this very `baseline`
-    (saved in the candidate's `llmbench` section), or None."""
-    recorded = candidate.info.get("confirmation")
-    if not isinstance(recorded, Mapping) or recorded.get("baseline") != run_stamp(baseline):
-        return None
-    return recorded
-
-
 def unconfirmed(comparisons: Sequence[Comparison], names, why: str) -> tuple[Comparison, ...]:
     """The stored regressions among `names` as "not confirmed": a stored comparison flags a
     slowdown, and only a paired A/B that confirms it makes it a regression (a run disturbed
@@ -173,33 +145,47 @@ def unsettled(comparisons: Sequence[Comparison], names, why: str) -> tuple[Compa
     return unproven(unconfirmed(comparisons, names, why), names, why)
 
 
-# The suite's `--no-confirm`: the user declined the A/B, and the stored verdicts stand.
-NO_CONFIRM = "--no-confirm"
 UNDECIDED = "the paired A/B did not decide it"
 LEFT_OUT = "the confirmation's budget left it out"
 
 
-def apply_recorded(comparisons: Sequence[Comparison], recorded: Mapping, *,
-                   settled: bool = False) -> tuple[Comparison, ...]:
-    """The stored verdicts settled by a recorded paired A/B, as when it ran: the A/B's
-    verdicts, and its candidates it did not decide (or could not run for) not confirmed.
-    `settled`: `comparisons` already carry the A/B's verdicts (the confirmation itself)."""
-    left = list(recorded.get("left") or ())
-    failed = recorded.get("failed") or {}
-    failed_names = list(failed.get("benchmarks") or ())
-    covered = [*(recorded.get("benchmarks") or ()), *left, *failed_names]
-    if recorded.get("status") != "ran":
-        why = recorded.get("why")
-        if why == NO_CONFIRM:
+def _left_out(comparisons: Sequence[Comparison], left: Sequence[str], commit: str
+              ) -> tuple[Comparison, ...]:
+    """The candidates the budget left out say why and how to decide them (a stored regression
+    among them is then made "not confirmed" by `unconfirmed`)."""
+    out = []
+    for c in comparisons:
+        if c.name in left:
+            went = ("the slower benchmarks first" if c.verdict in (
+                Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT) else
+                    "stored regressions first, then to the slower benchmarks cheapest to "
+                    "decide")
+            c = dataclasses.replace(c, reason=(
+                f"{c.reason}; not re-measured: the confirmation's budget went to {went} "
+                f"(`llmbench ab {commit[:8]} -- -k ...` decides it)"))
+        out.append(c)
+    return tuple(out)
+
+
+def settle_by(comparisons: Sequence[Comparison], confirmation: Confirmation
+              ) -> tuple[Comparison, ...]:
+    """The stored verdicts as a confirmation settles them, the one way the suite's gate (as it
+    runs the A/B) and every later reader of the saved run (`recorded`) derive them: the A/B's
+    verdicts (`settle`); its candidates the budget left out, or that it did not decide, or for
+    which none could run, not confirmed if slower and inconclusive if faster (`unsettled`).
+    Declined (--no-confirm): the stored verdicts stand."""
+    if not confirmation.ran:
+        if confirmation.declined:
             return tuple(comparisons)
-        return unsettled(comparisons, covered, f"none could run: {why}")
-    judged = [comparison_from_json(d) for d in recorded.get("comparisons") or ()]
-    decided = {c.name for c in judged if c.verdict is not Verdict.INCONCLUSIVE}
+        return unsettled(comparisons, confirmation.covered,
+                         f"none could run: {confirmation.why}")
+    decided = {c.name for c in confirmation.comparisons if c.verdict is not Verdict.INCONCLUSIVE}
     # Every benchmark the A/B judged, whatever the stored verdict is now: the history (and so
     # the noise between runs) may have grown since, and the A/B's verdict is the one given.
-    if not settled:
-        comparisons = settle(comparisons, {c.name: c for c in judged})
-    out = unconfirmed(comparisons, left, LEFT_OUT)
-    if failed_names:
-        out = unconfirmed(out, failed_names, f"the further paired A/B failed: {failed.get('why')}")
-    return unsettled(out, [k for k in covered if k not in decided], UNDECIDED)
+    out = settle(_left_out(comparisons, confirmation.left, confirmation.against),
+                 {c.name: c for c in confirmation.comparisons})
+    out = unconfirmed(out, confirmation.left, LEFT_OUT)
+    if confirmation.failed:
+        names, why = confirmation.failed
+        out = unconfirmed(out, names, f"the further paired A/B failed: {why}")
+    return unsettled(out, [k for k in confirmation.covered if k not in decided], UNDECIDED)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from llmbench.errors import EXIT_OK, EXIT_REGRESSION
+from llmbench.errors import Exit
 from llmbench.gate.compare import DEFAULT_ALPHA
 from llmbench.gate.stats import threshold_for
 from llmbench.history.changepoints import NewestVerdict, Shift, find_shifts, judge_newest
@@ -106,7 +106,7 @@ class HistoryResult:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.regressions else EXIT_OK
+        return Exit.REGRESSION if self.regressions else Exit.OK
 
 
 def judge_history(history: History, *, threshold: float | None = None,

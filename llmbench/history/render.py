@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from llmbench.gate.render import format_seconds, text_table
+from llmbench.gate.render import format_seconds, markdown_table, text_table
 from llmbench.history.changepoints import PENALTY
 from llmbench.history.judge import HistoryResult, SeriesResult
 
@@ -122,9 +122,7 @@ def render_markdown(result: HistoryResult) -> str:
         return cell.replace("|", "\\|")
 
     lines = ["### llmbench history", "", *(f"- {esc(line)}" for line in header_lines(result)),
-             "", "| " + " | ".join(COLUMNS) + " |",
-             "|" + "|".join([":--"] + ["--:"] * (len(COLUMNS) - 3) + [":--", ":--"]) + "|"]
-    lines += ["| " + " | ".join(map(esc, row)) + " |" for row in _rows(result)]
+             "", *markdown_table(COLUMNS, _rows(result), "<" + ">" * (len(COLUMNS) - 3) + "<<")]
     return "\n".join([*lines, "", f"**{esc(summary_line(result))}**"])
 
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping
 
 from llmbench import gate
+from llmbench.gate.render import format_seconds, markdown_table
 from llmbench.report.plots import PlotOutcome
 from llmbench.report.verdict_plot import FILE as VERDICTS_FILE
 from llmbench.report.work_table import work_table
@@ -25,13 +26,6 @@ from llmbench.runs import (
 
 # Groups whose rate is per prompt token: prefill is one parallel pass over the prompt.
 PROMPT_RATE_GROUPS = ("prefill",)
-
-
-def fmt_seconds(seconds: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e6:.3g} µs"
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -59,7 +53,7 @@ def _verdict_cells(c, other_work: str | None = None) -> list[str]:
         verdict = "**regression**"
     elif c.rounds_needed is not None:
         verdict += f" (~{c.rounds_needed} {c.unit}{c.per_side})"
-    return [fmt_seconds(c.baseline_median), f"{c.ratio:.3f} [{c.ci_low:.3f}, {high}]", verdict]
+    return [format_seconds(c.baseline_median), f"{c.ratio:.3f} [{c.ci_low:.3f}, {high}]", verdict]
 
 
 # Metrics a case may record beside its time (extra_info), as report columns: key, heading,
@@ -76,23 +70,22 @@ def group_table(benches: list[Benchmark], result: gate.GateResult | None) -> lis
     head = ["benchmark", "rounds", "median", "IQR",
             *(["prompt tokens/s", "ms/prompt token"] if per_prompt else ["tokens/s", "ms/token"]),
             *(label for _, label, _ in extras)]
-    align = ["---"] + ["---:"] * (len(head) - 1)
+    align = "<" + ">" * (len(head) - 1)
     if result is not None:
         head += ["baseline median", "ratio [CI]", "verdict"]
-        align += ["---:", "---:", "---"]
+        align += ">><"
         by_key = {c.name: c for c in result.comparisons}
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    rows = []
     for b in benches:
         metrics = [(b.metric(k), f) for k, _, f in extras]
-        name = b.name.replace("|", "\\|")
-        row = [f"`{name}`", str(b.rounds), fmt_seconds(b.median_s),
-               fmt_seconds(b.iqr_s), *(_fmt(v, d) for v, d in zip(_rates(b, per_prompt), (1, 2),
+        row = [f"`{b.name}`", str(b.rounds), format_seconds(b.median_s),
+               format_seconds(b.iqr_s), *(_fmt(v, d) for v, d in zip(_rates(b, per_prompt), (1, 2),
                                                                    strict=True)),
                *("–" if m is None else format(m[0], f) for m, f in metrics)]
         if result is not None:
             row += _verdict_cells(by_key.get(b.key), result.other_work.get(b.key))
-        lines.append("| " + " | ".join(row) + " |")
-    return lines
+        rows.append(row)
+    return markdown_table(head, rows, align)
 
 
 def _env_value(value) -> str:
@@ -101,7 +94,7 @@ def _env_value(value) -> str:
     if isinstance(value, Mapping):
         return ", ".join(f"{k}={_env_value(v)}" for k, v in value.items())
     if isinstance(value, list) and all(is_number(v) for v in value):
-        return f"{len(value)} rounds, median {fmt_seconds(median(value))}"
+        return f"{len(value)} rounds, median {format_seconds(median(value))}"
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
@@ -146,15 +139,14 @@ def _environment_rows(run: Run) -> dict[str, str]:
 def environment_table(run: Run, baseline: Run | None) -> list[str]:
     mine = _environment_rows(run)
     if baseline is None:
-        return ["| field | run |", "|---|---|",
-                *(f"| {k} | {v.replace('|', '/')} |" for k, v in mine.items())]
+        return markdown_table(["field", "run"], list(mine.items()), "<<")
     theirs = _environment_rows(baseline)
-    lines = ["| field | run | baseline |", "|---|---|---|"]
+    rows = []
     for key in [*mine, *(k for k in theirs if k not in mine)]:
         a, b = mine.get(key, "–"), theirs.get(key, "–")
         mark = " **≠**" if a != b and key in MATCHED_FIELDS else ""
-        lines.append(f"| {key}{mark} | {a.replace('|', '/')} | {b.replace('|', '/')} |")
-    return lines
+        rows.append([f"{key}{mark}", a, b])
+    return markdown_table(["field", "run", "baseline"], rows, "<<<")
 
 
 def render_markdown(run: Run, result: gate.GateResult | None, baseline: Run | None,

@@ -4,6 +4,7 @@ round), and against a baseline what changed, op by op."""
 from __future__ import annotations
 
 from llmbench import gate
+from llmbench.gate.render import markdown_table
 from llmbench.gate.work import WorkStatus, counts_of
 from llmbench.runs import Run
 
@@ -22,7 +23,7 @@ def work_table(run: Run, result: gate.GateResult | None) -> list[str]:
         return []
     findings = {f.name: f for f in result.work} if result is not None else {}
     head = ["benchmark", "aten ops", "FLOPs", "bytes"] + (["vs baseline"] if result else [])
-    lines = ["| " + " | ".join(head) + " |", "|:--|" + "--:|" * 3 + (":--|" if result else "")]
+    rows = []
     for key, bench in run.benchmarks.items():
         counts = counted[key]
         if isinstance(counts, str):
@@ -42,5 +43,5 @@ def work_table(run: Run, result: gate.GateResult | None) -> list[str]:
                 row.append(finding.status.value)
             else:
                 row.append(f"**{finding.status.value}**: {finding.describe()}")
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
-    return lines
+        rows.append(row)
+    return markdown_table(head, rows, "<>>>" + ("<" if result else ""))

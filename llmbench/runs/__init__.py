@@ -27,7 +27,6 @@ from llmbench.runs.model import (
     is_number,
     is_same_run,
     median,
-    pool_runs,
     run_from_json,
 )
 from llmbench.runs.store import (
@@ -54,7 +53,7 @@ __all__ = [
     "code_differences", "code_of", "environment_differences", "environment_field",
     "environment_key", "environment_runs", "injected_slowdowns", "is_number", "is_same_run",
     "latest_comparable", "latest_run", "library_versions", "list_runs", "load_run", "median",
-    "pool_runs", "read_json", "resolve_run", "run_from_json", "run_number", "same_code",
+    "read_json", "resolve_run", "run_from_json", "run_number", "same_code",
     "save_numbered", "saved_history", "strip_volatile", "version_differences", "write_atomic",
     "write_new_json",
 ]

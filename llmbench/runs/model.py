@@ -12,7 +12,6 @@ the flag that would have saved it.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import statistics
@@ -21,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmbench.errors import UserError
-from llmbench.runs.environment import EnvironmentMismatch, environment_differences
 
 # The version of the `llmbench` section a run is written in (`format`; runs written before it
 # was recorded are format 1). 2: each case's own peak memory (format 1 recorded the process's
@@ -74,9 +72,6 @@ class Benchmark:
     extra_info: Mapping = field(default_factory=dict)
     params: Mapping = field(default_factory=dict)
     summary: Mapping[str, float] = field(default_factory=dict)  # SUMMARY_STATS found
-    # Rounds of each pooled run, in order (A/B blocks); () for a single run. Rounds of one
-    # block share its moment on the machine, so the gate judges blocks, not rounds.
-    blocks: tuple[int, ...] = ()
     # Every round was disturbed by other work, so `samples` holds them all and no verdict
     # can rest on them.
     all_disturbed: bool = False
@@ -330,24 +325,3 @@ def is_same_run(a: Run, b: Run) -> bool:
     common = [k for k in a.benchmarks if k in b.benchmarks]
     return bool(common) and all(a.benchmarks[k].samples == b.benchmarks[k].samples
                                 for k in common)
-
-
-def pool_runs(runs: Sequence[Run], source: str) -> Run:
-    """One run from several of the same code and environment (A/B blocks): samples and
-    control samples concatenated per benchmark, with each run's rounds kept as a block;
-    only benchmarks present in every run."""
-    assert runs, "nothing to pool"
-    first = runs[0]
-    for run in runs[1:]:
-        if diffs := environment_differences(first.environment, run.environment):
-            raise EnvironmentMismatch(diffs)
-    keys = [k for k in first.benchmarks if all(k in r.benchmarks for r in runs)]
-    pooled = {k: dataclasses.replace(
-        first.benchmarks[k],
-        samples=tuple(x for r in runs for x in r.benchmarks[k].samples),
-        blocks=tuple(n for r in runs for n in (r.benchmarks[k].blocks
-                                               or (len(r.benchmarks[k].samples),))))
-        for k in keys}
-    return Run(source=source, benchmarks=pooled, environment=first.environment,
-               control_s=tuple(x for r in runs for x in r.control_s), info=first.info,
-               commit_info=first.commit_info, datetime=first.datetime)
