@@ -16,6 +16,7 @@ from llmbench.gate.compare import (
     DEFAULT_ALPHA,
     GateOptions,
     GateResult,
+    Judged,
     NothingInCommon,
     SameRun,
     parse_fraction,
@@ -35,8 +36,8 @@ from llmbench.gate.render import (
 )
 
 __all__ = [
-    "DEFAULT_ALPHA", "FORMATS", "Confirmation", "GateOptions", "GateResult", "NothingInCommon",
-    "Request", "SameRun", "compare_runs", "header_lines", "judge", "parse_fraction",
-    "parse_threshold_for", "render", "render_markdown", "render_text", "screen_runs",
-    "summary_line", "to_json",
+    "DEFAULT_ALPHA", "FORMATS", "Confirmation", "GateOptions", "GateResult", "Judged",
+    "NothingInCommon", "Request", "SameRun", "compare_runs", "header_lines", "judge",
+    "parse_fraction", "parse_threshold_for", "render", "render_markdown", "render_text",
+    "screen_runs", "summary_line", "to_json",
 ]

@@ -22,6 +22,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 import llmbench.gate.memory as peak_memory
 import llmbench.gate.work as counted_work
@@ -105,6 +106,12 @@ class GateOptions:
             raise ValueError(f"memory threshold must be > 0, got {self.memory_threshold!r}")
 
 
+class Judged(Enum):
+    PAIRED = "paired"  # the two sides of one paired A/B, on their pairs
+    SAME_CODE = "same code"  # stored runs of one code: no verdict on it
+    STORED = "stored"  # stored runs of different code
+
+
 @dataclass(frozen=True)
 class GateResult:
     baseline: Run
@@ -132,9 +139,16 @@ class GateResult:
     confirmation: Confirmation | None = None
 
     @property
+    def judged(self) -> Judged:
+        """How the two runs were judged: on pairs, as the same code, or as stored runs of
+        different code (`code` is None, empty, or says how they differ)."""
+        return (Judged.PAIRED if self.code is None else Judged.SAME_CODE if not self.code
+                else Judged.STORED)
+
+    @property
     def same_code(self) -> bool:
         """Both runs measured the same code: any difference is the machine's."""
-        return self.code == ()
+        return self.judged is Judged.SAME_CODE
 
     @property
     def work_versions(self) -> list[str]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from llmbench.errors import UserError
 from llmbench.gate import confirm_plan, family, sequential, stored
-from llmbench.gate.compare import GateOptions, GateResult, screen_runs
+from llmbench.gate.compare import GateOptions, GateResult, Judged, screen_runs
 from llmbench.gate.confirmation import (
     NO_CONFIRM,
     Confirmation,
@@ -76,7 +76,7 @@ PairRunner = Callable[[Request], GateResult]
 def slower(result: GateResult) -> list[str]:
     """The benchmarks slower in the stored runs (regression or not confirmed): every one is
     confirmed before it fails the gate."""
-    if not result.code:  # paired (None), or the same code (())
+    if result.judged is not Judged.STORED:
         return []
     return [c.name for c in result.comparisons
             if c.verdict in (Verdict.REGRESSION, Verdict.NOT_CONFIRMED)]
@@ -90,7 +90,7 @@ def undecided(result: GateResult) -> list[str]:
     touch (docs/measurements/2026-12-05-family-decisions.md).
     What the confirmation's budget leaves after the slower benchmarks goes to these. One it
     does not decide stays, or becomes, inconclusive (`stored.unproven`)."""
-    if not result.code:
+    if result.judged is not Judged.STORED:
         return []
     return [c.name for c in result.comparisons
             if c.verdict in (Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT)]
@@ -230,7 +230,8 @@ def judge(baseline: Run, candidate: Run, options: GateOptions | None = None,
     `candidate` when the suite judged it against this very baseline, if any."""
     screened = screen_runs(baseline, candidate, options, history)
     if pair is None:
-        return settle(screened, recorded(baseline, candidate) if screened.code else None)
+        return settle(screened, recorded(baseline, candidate)
+                      if screened.judged is Judged.STORED else None)
     return confirm(screened, pair, budget_s)
 
 

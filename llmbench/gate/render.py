@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 
 from llmbench.gate import stats
-from llmbench.gate.compare import GateResult
+from llmbench.gate.compare import GateResult, Judged
 from llmbench.gate.confirmation import Family
 from llmbench.gate.memory import MemoryStatus
 from llmbench.gate.work import WorkFinding, WorkStatus, differing, rule_words, tally
@@ -46,7 +46,7 @@ def significant_shift(result: GateResult, c: stats.Comparison) -> str | None:
                          stats.Verdict.NOT_SLOWER) or result.same_code:
         return None
     low, high = c.ci_low, c.ci_high
-    if result.code is not None and not c.n_pairs:
+    if result.judged is not Judged.PAIRED and not c.n_pairs:
         between = result.between.get(c.name)
         if between is None or not ((low > 1 and between.ci_low > 1)
                                    or (high < 1 and between.ci_high < 1)):
@@ -149,7 +149,7 @@ def _machine_words(result: GateResult) -> str:
 def noise_line(result: GateResult) -> str | None:
     """What the noise between runs is known to be, and the smallest regression a stored
     comparison can call against it; None when the comparison is paired."""
-    if result.code is None:
+    if result.judged is Judged.PAIRED:
         return None
     estimate = result.noise
     commit = _commit(result.baseline)
@@ -190,7 +190,7 @@ def disturbance_line(result: GateResult) -> str | None:
 def code_lines(result: GateResult) -> list[str]:
     """Whether the two runs measured the same code, the noise between runs, and the paired
     A/B that settled what the stored runs could not."""
-    if result.code is None:
+    if result.judged is Judged.PAIRED:
         return []
     lines = []
     if result.same_code:
@@ -329,7 +329,7 @@ def summary_line(result: GateResult) -> str:
         most, unit = result.rounds_needed
         per_side = "" if unit == "pairs" else "/side"
         line += f" (inconclusive is not a pass: up to ~{most} {unit}{per_side} would decide)"
-    elif n["inconclusive"] and result.code is not None and not result.same_code:
+    elif n["inconclusive"] and result.judged is Judged.STORED:
         # Stored runs whose noise between them, not their rounds, leaves them undecided.
         line += (" (inconclusive is not a pass: more rounds cannot settle the noise between "
                  f"two runs; `llmbench ab {_commit(result.baseline)}` decides)")
