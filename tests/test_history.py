@@ -88,7 +88,7 @@ def test_the_noise_estimate_ignores_a_shift():
 def test_a_constant_series_has_no_shift_and_a_consistent_newest_run():
     x = np.zeros(10)
     assert find_shifts(x, alpha=0.05) == []
-    assert judge_newest(x, [], threshold=0.1, alpha=0.05).verdict == "consistent"
+    assert judge_newest(x, [], threshold=0.1, alpha=0.05).word == "consistent"
 
 
 def test_the_newest_run_is_judged_against_its_own_level():
@@ -100,14 +100,14 @@ def test_the_newest_run_is_judged_against_its_own_level():
     down = np.append(level, np.log(0.7))
     assert judge_newest(down, [], threshold=0.1, alpha=0.05).verdict == "improvement"
     same = np.append(level, 0.0)
-    assert judge_newest(same, [], threshold=0.1, alpha=0.05).verdict == "consistent"
+    assert judge_newest(same, [], threshold=0.1, alpha=0.05).word == "consistent"
 
 
 def test_outside_the_interval_but_within_the_threshold_is_consistent():
     level = np.full(11, 0.0) + np.linspace(-0.001, 0.001, 11)  # a very quiet history
     x = np.append(level, np.log(1.05))
     verdict = judge_newest(x, [], threshold=0.1, alpha=0.05)
-    assert verdict.ratio > verdict.high and verdict.verdict == "consistent"
+    assert verdict.ratio > verdict.high and verdict.word == "consistent"
 
 
 def test_a_level_too_short_to_judge_says_so():
@@ -115,7 +115,7 @@ def test_a_level_too_short_to_judge_says_so():
     shifts = find_shifts(x, alpha=0.05)
     assert shifts and shifts[-1].index == 9
     verdict = judge_newest(x, shifts, threshold=0.1, alpha=0.05)
-    assert verdict.verdict == "too few runs" and verdict.level_runs == 2
+    assert verdict.word == "too few runs" and verdict.level_runs == 2
 
 
 # --- the command, on run files -------------------------------------------------------------

@@ -137,7 +137,7 @@ def test_code_that_speeds_up_most_benchmarks_leaves_the_others_alone(tmp_path):
     result = _code_change_at_run_7(tmp_path, "prefill", 0.7, seed=5)
     for r in result.results:
         if r.series.group == "decode":
-            assert r.shifts == () and r.newest.verdict == "consistent", r.series.name
+            assert r.shifts == () and r.newest.word == "consistent", r.series.name
     assert result.exit_code == Exit.OK
 
 
@@ -147,7 +147,7 @@ def test_code_that_slows_everything_is_still_a_regression_and_the_control_says_c
     _write(env, [1.0] * 12, code=everything)
     result = history.judge_history(history.load_history(env))
     # Each benchmark's move is shared by all the others, so it is removed from each...
-    assert all(r.newest.verdict == "consistent" for r in result.results)
+    assert all(r.newest.word == "consistent" for r in result.results)
     # ...and all benchmarks together, which the control did not follow, carry it.
     assert result.machine.newest.verdict == "regression"
     assert result.exit_code == Exit.REGRESSION

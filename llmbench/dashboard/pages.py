@@ -31,7 +31,7 @@ def verdict_html(bench: Benchmark) -> Markup:
     """The history's verdict on the newest run: a coloured word, its ratio and interval."""
     if bench.judged is None:
         return Markup('<span class="verdict too-few-runs">too few runs</span>')
-    word = bench.judged.newest.verdict
+    word = bench.judged.newest.word
     ratio, low, high = bench.judged.measured()
     extra = f" x{ratio:.3f} [{low:.3f}, {high:.3f}]" if ratio is not None else ""
     return Markup('<span class="verdict {}">{}</span>{}').format(

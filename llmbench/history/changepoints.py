@@ -39,6 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from llmbench.gate.stats import Verdict
+
 MIN_SEGMENT = 3  # runs on each side of a change point
 PENALTY = 3.0  # times sigma² ln(n): a little above BIC's 2, as the t-test filters after
 
@@ -52,13 +54,32 @@ class Shift:
     p: float  # adjusted for the scan and the benchmarks (see the module docstring)
 
 
+# The history's words for the gate's verdicts: a newest run within its level's prediction
+# interval is "consistent" with it (not "unchanged": no threshold bounds the interval).
+WORDS = {Verdict.REGRESSION: "regression", Verdict.IMPROVEMENT: "improvement",
+         Verdict.UNCHANGED: "consistent"}
+
+
 @dataclass(frozen=True)
 class NewestVerdict:
-    verdict: str  # "regression", "improvement", "consistent" or "too few runs"
+    # The gate's verdicts (`gate.stats.Verdict`): regression, improvement, unchanged (within
+    # its level), or inconclusive, with `why` ("too few runs", "not in the newest run").
+    verdict: Verdict
     level_runs: int  # runs of the newest run's level before it
     ratio: float | None = None  # newest / the level's mean (geometric)
     low: float | None = None  # the prediction interval, as ratios to the level's mean
     high: float | None = None
+    why: str | None = None
+
+    @property
+    def word(self) -> str:
+        """The verdict as history says it: "consistent" for unchanged, the why for
+        inconclusive."""
+        return WORDS.get(self.verdict) or self.why or self.verdict.value
+
+    def to_json(self) -> dict:
+        return {"verdict": self.word, "level_runs": self.level_runs, "ratio": self.ratio,
+                "low": self.low, "high": self.high}
 
 
 def noise_sigma(x: np.ndarray) -> float:
@@ -142,15 +163,15 @@ def judge_newest(x: np.ndarray, shifts: list[Shift], *, threshold: float, alpha:
     level, newest = x[start:-1], x[-1]
     k = level.size
     if k < min_level:
-        return NewestVerdict("too few runs", k)
+        return NewestVerdict(Verdict.INCONCLUSIVE, k, why="too few runs")
     mean, sd = float(np.mean(level)), float(np.std(level, ddof=1))
     half = stats.t.ppf(1 - alpha / (2 * benchmarks), k - 1) * sd * math.sqrt(1 + 1 / k)
     ratio = math.exp(newest - mean)
     low, high = math.exp(-half), math.exp(half)
     if ratio > high and ratio > 1 + threshold:
-        verdict = "regression"
+        verdict = Verdict.REGRESSION
     elif ratio < low and ratio < 1 / (1 + threshold):
-        verdict = "improvement"
+        verdict = Verdict.IMPROVEMENT
     else:
-        verdict = "consistent"
+        verdict = Verdict.UNCHANGED
     return NewestVerdict(verdict, k, ratio, low, high)

@@ -10,7 +10,7 @@ import numpy as np
 
 from llmbench.errors import Exit
 from llmbench.gate.compare import DEFAULT_ALPHA
-from llmbench.gate.stats import threshold_for
+from llmbench.gate.stats import Verdict, threshold_for
 from llmbench.history.changepoints import NewestVerdict, Shift, find_shifts, judge_newest
 from llmbench.history.machine import (
     MachineShare,
@@ -80,7 +80,7 @@ class HistoryResult:
     @property
     def regressions(self) -> list[SeriesResult]:
         judged = [*self.results, *([self.machine] if self.machine else [])]
-        return [r for r in judged if r.newest.verdict == "regression"]
+        return [r for r in judged if r.newest.verdict is Verdict.REGRESSION]
 
     def control_move(self, shift: Shift) -> float | None:
         """The control workload's ratio across a shift of all benchmarks together (its
@@ -163,18 +163,18 @@ def _judge(series: Series, share: MachineShare, control_s: dict[int, float | Non
     # The newest run is judged only if it is the newest run of the history: a benchmark
     # the newest run lacks keeps its shifts but has no newest verdict.
     if not series.points or series.points[-1].run != newest_run:
-        newest = NewestVerdict("not in the newest run", 0)
+        newest = NewestVerdict(Verdict.INCONCLUSIVE, 0, why="not in the newest run")
     else:
         newest = judge_newest(x, shifts, threshold=limit, alpha=alpha, benchmarks=m)
     result = SeriesResult(series, tuple(shifts), newest, limit, share.beta,
                           tuple(float(v) for v in share.moves))
-    if newest.verdict in ("regression", "improvement"):
+    if newest.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
         # As for change points: beyond the threshold against the control's move.
         start = result.level_start()
         measured = math.log(newest.ratio * (result.machine_ratio() or 1.0))
         machine = median_move(control, slice(start, -1), slice(-1, None)) or 0.0
-        direction = 1.0 if newest.verdict == "regression" else -1.0
+        direction = 1.0 if newest.verdict is Verdict.REGRESSION else -1.0
         if not _beyond(measured - machine, direction, limit):
             result = dataclasses.replace(result, newest=dataclasses.replace(
-                newest, verdict="consistent"))
+                newest, verdict=Verdict.UNCHANGED))
     return result

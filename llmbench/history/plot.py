@@ -14,13 +14,14 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from llmbench.gate.stats import Verdict
 from llmbench.history.judge import HistoryResult, SeriesResult
 from llmbench.history.series import run_label
 
 DPI = 120
 ALL_BENCHMARKS_FILE = "history_all_benchmarks.png"
-VERDICT_COLORS = {"regression": "tab:red", "improvement": "tab:green",
-                  "consistent": "tab:blue"}
+VERDICT_COLORS = {Verdict.REGRESSION: "tab:red", Verdict.IMPROVEMENT: "tab:green",
+                  Verdict.UNCHANGED: "tab:blue"}
 
 
 def plot_files(result: HistoryResult) -> dict[str, list[SeriesResult]]:
@@ -71,7 +72,7 @@ def draw_panel(ax, r: SeriesResult, relative: bool = False) -> None:
                     color="tab:orange", fontsize=8)
     color = VERDICT_COLORS.get(r.newest.verdict, "black")
     ax.plot([xs[-1]], [judged[-1]], marker="o", markersize=8, color=color, linestyle="none",
-            label=f"newest: {r.newest.verdict}")
+            label=f"newest: {r.newest.word}")
     labels = [run_label(p) for p in points]
     step = max(1, len(points) // 16)
     ax.set_xticks(xs[::step], labels[::step], fontsize=7, rotation=60, ha="right",

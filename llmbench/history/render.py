@@ -55,7 +55,7 @@ def _row(r: SeriesResult, result: HistoryResult | None = None,
         level_cell = format_seconds(level) if level is not None else "-"
     return (r.series.name, str(len(points)), newest, level_cell, spread,
             f"{ratio:.3f}" if ratio is not None else "-",
-            f"{machine:.3f}" if machine is not None else "-", interval, v.verdict,
+            f"{machine:.3f}" if machine is not None else "-", interval, v.word,
             _shifts(r, result))
 
 
@@ -100,13 +100,13 @@ def spread_line(between) -> str:
 def summary_line(result: HistoryResult) -> str:
     counts: dict[str, int] = {}
     for r in result.results:
-        counts[r.newest.verdict] = counts.get(r.newest.verdict, 0) + 1
+        counts[r.newest.word] = counts.get(r.newest.word, 0) + 1
     shifts = sum(len(r.shifts) for r in result.results)
     outcome = "REGRESSION" if result.regressions else "PASS"
     told = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
     together = ""
     if result.machine is not None:
-        together = f", all together {result.machine.newest.verdict}"
+        together = f", all together {result.machine.newest.word}"
         shifts += len(result.machine.shifts)
     return (f"{outcome}: newest run {result.history.newest:04d}: {told} of "
             f"{len(result.results)}{together}; {shifts} change points in the history")
@@ -147,14 +147,14 @@ def to_json(result: HistoryResult) -> dict:
             "between_runs": (None if (b := h.between.spreads.get(r.series.key)) is None
                              else {"sd_log": b.own_sigma, "aa_observations": b.own_df}),
             "change_points": _change_points(r),
-            "newest": {**vars(r.newest), "machine_ratio": r.machine_ratio()},
+            "newest": {**r.newest.to_json(), "machine_ratio": r.machine_ratio()},
         } for r in result.results],
         "all_benchmarks": None if machine is None else {
             "threshold": machine.threshold,
             "levels": {p.run: p.median_s for p in machine.series.points},
             "change_points": _change_points(machine, result),
             "follows_control": machine.beta,
-            "newest": {**vars(machine.newest), "machine_ratio": machine.machine_ratio(),
+            "newest": {**machine.newest.to_json(), "machine_ratio": machine.machine_ratio(),
                        "control_ratio": result.control_newest()},
         },
     }
