@@ -1,12 +1,17 @@
 """The dashboard in a real browser (headless Chromium through selenium): the index and one
 benchmark page of a site built from a seeded synthetic history, opened from file:// as a
 user opens them, with their rows, the planted change point, a working filter, every
-picture loaded and no console error. Screenshots go to LLMBENCH_SCREENSHOT_DIR when set."""
+picture loaded and no console error; and every page of a site built from real runs of the
+tiny model. Screenshots go to LLMBENCH_SCREENSHOT_DIR when set."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from browser import chromium_driver, console_errors, missing_assets, screenshot
+from gate_runs import tiny_runs
 from test_dashboard import DECODE, ENV, PREFILL, write_history
 
 from llmbench.dashboard import build_site
@@ -72,18 +77,24 @@ def test_a_benchmark_page_in_a_browser(site, browser, tmp_path):
     browser.set_window_size(1280, 900)
 
 
-def test_a_built_site_opens_whole(browser, tmp_path):
+@pytest.fixture(scope="module")
+def real_site(tmp_path_factory) -> Path:
     """A site built elsewhere (LLMBENCH_DASHBOARD_SITE=reports/dashboard, after `nox -s
-    dashboard` on real runs): every benchmark page the index links opens, with its pictures
-    and no console error; the index and the first page are screenshotted."""
-    import os
-    from pathlib import Path
-
+    dashboard` on a machine's runs), else one built here from real runs of the tiny model:
+    the gate tests' three (a baseline, the same code again, every decode step slowed)."""
     site = os.environ.get("LLMBENCH_DASHBOARD_SITE")
-    if not site:
-        pytest.skip("set LLMBENCH_DASHBOARD_SITE to a built dashboard to open it")
-    index = Path(site).resolve() / "index.html"
-    browser.get(index.as_uri())
+    if site:
+        return Path(site).resolve()
+    made = tiny_runs(tmp_path_factory)
+    out = tmp_path_factory.mktemp("real-dashboard") / "site"
+    build_site(Path(made.baseline_dir), out)
+    return out
+
+
+def test_a_site_of_real_runs_opens_whole(real_site, browser, tmp_path):
+    """Every benchmark page the index links opens, with its pictures and no console error;
+    the index and the first page are screenshotted."""
+    browser.get((real_site / "index.html").as_uri())
     assert not console_errors(browser) and not missing_assets(browser)
     screenshot(browser, "dashboard-real-index", tmp_path)
     links = [a.get_attribute("href") for a in
