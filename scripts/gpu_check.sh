@@ -28,7 +28,7 @@ REPO=$(pwd)
 HERE=.gpu-check
 # What the GPU host lacks that llmbench imports (its image lists the rest).
 PACKAGES=(fastapi starlette pydantic pydantic-core annotated-types typing-inspection uvicorn
-          gguf ruptures)
+          gguf ruptures httpx-sse)
 CARRY_LIMIT_MIB=64
 PYTHON=${PYTHON:-python3}
 

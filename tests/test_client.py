@@ -19,7 +19,7 @@ from llmbench.cli import server as cli_server
 from llmbench.engine.config import EngineConfig, SamplingParams
 from llmbench.engine.models import load_model
 from llmbench.errors import UserError
-from llmbench.load.client import complete_once, run_load, stream_request
+from llmbench.load.client import ServerError, complete_once, run_load, stream_request
 from llmbench.load.config import LoadConfig
 from llmbench.load.result import (
     LoadResult,
@@ -254,19 +254,23 @@ def test_stream_request_parses_both_protocols(api):
     assert token_timeline(stream.chunks, words)[2] == 4
 
 
-def test_stream_request_raises_on_error_status_and_error_events():
-    async def go(body, status=200):
+def test_stream_request_raises_on_error_status_error_events_and_no_event_stream():
+    async def go(body, status=200, content_type="text/event-stream"):
         async def handler(request):
-            return httpx.Response(status, content=body.encode())
+            return httpx.Response(status, content=body.encode(),
+                                  headers={"content-type": content_type})
 
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
             return await stream_request(client, LoadConfig(url="http://t"), "hi",
                                         SamplingParams())
 
-    with pytest.raises(Exception, match="HTTP 422"):
-        asyncio.run(go('{"detail": "bad"}', status=422))
-    with pytest.raises(Exception, match="error event"):
+    with pytest.raises(ServerError, match="HTTP 422"):
+        asyncio.run(go('{"detail": "bad"}', status=422, content_type="application/json"))
+    with pytest.raises(ServerError, match="error event"):
         asyncio.run(go('event: error\ndata: {"detail": "boom"}\n\n'))
+    # A server that answers a streamed request with one JSON body: said, not misread.
+    with pytest.raises(ServerError, match="not an event stream: .*application/json"):
+        asyncio.run(go('{"text": "hi"}', content_type="application/json"))
 
 
 # -- against a fake OpenAI-compatible server that answers badly --------------------------

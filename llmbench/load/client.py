@@ -10,6 +10,7 @@ and timed after the run, so tokenizing never delays reading the stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import socket
@@ -18,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
+from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from llmbench.engine.config import SamplingParams
 from llmbench.errors import UserError
@@ -78,20 +80,14 @@ def request_body(config: LoadConfig, prompt: str, params: SamplingParams, stream
     return "/v1/completions", {**body, "prompt": prompt}
 
 
-async def _sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
-    """(event name, data) per Server-Sent Event; the name is "message" when not given."""
-    name, data = "message", []
-    async for line in response.aiter_lines():
-        if not line:
-            if data:
-                yield name, "\n".join(data)
-            name, data = "message", []
-        elif line.startswith("event:"):
-            name = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
-    if data:
-        yield name, "\n".join(data)
+async def _events(response: httpx.Response) -> AsyncIterator[ServerSentEvent]:
+    """The reply's Server-Sent Events, framed as the spec says (httpx-sse; an event without
+    a name is "message"); a reply that is not an event stream is the server's error."""
+    try:
+        async for sse in EventSource(response).aiter_sse():
+            yield sse
+    except SSEError as exc:
+        raise ServerError("not an event stream", str(exc)) from None
 
 
 def _openai_text(chunk: dict) -> str:
@@ -114,22 +110,23 @@ async def stream_request(client: httpx.AsyncClient, config: LoadConfig, prompt: 
         if response.status_code != 200:
             detail = (await response.aread()).decode("utf-8", "replace")[:300]
             raise ServerError(f"HTTP {response.status_code}", detail)
-        async for event, data in _sse_events(response):
-            arrival = time.perf_counter() - start
-            if data == "[DONE]":
-                break
-            payload = json.loads(data)
-            if event == "error":
-                raise ServerError(ERROR_EVENT, str(payload.get("detail")))
-            if config.api == "native":
-                if event == "done":
-                    server = payload
-                text = payload.get("text") or ""
-            else:
-                server = payload.get("usage") or server
-                text = _openai_text(payload)
-            if text:
-                chunks.append((arrival, text))
+        async with contextlib.aclosing(_events(response)) as events:
+            async for sse in events:
+                arrival = time.perf_counter() - start
+                if sse.data == "[DONE]":
+                    break
+                payload = json.loads(sse.data)
+                if sse.event == "error":
+                    raise ServerError(ERROR_EVENT, str(payload.get("detail")))
+                if config.api == "native":
+                    if sse.event == "done":
+                        server = payload
+                    text = payload.get("text") or ""
+                else:
+                    server = payload.get("usage") or server
+                    text = _openai_text(payload)
+                if text:
+                    chunks.append((arrival, text))
     return Stream(tuple(chunks), time.perf_counter() - start, server)
 
 
