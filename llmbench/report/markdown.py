@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from llmbench import gate
 from llmbench.gate.render import format_seconds, markdown_table
+from llmbench.gate.stats import Verdict
 from llmbench.report.plots import PlotOutcome
 from llmbench.report.verdict_plot import FILE as VERDICTS_FILE
 from llmbench.report.work_table import work_table
@@ -49,7 +50,7 @@ def _verdict_cells(c, other_work: str | None = None) -> list[str]:
         return ["–", "–", "not in the baseline"]
     high = "inf" if math.isinf(c.ci_high) else f"{c.ci_high:.3f}"
     verdict = c.verdict.value
-    if verdict == "regression":
+    if c.verdict is Verdict.REGRESSION:
         verdict = "**regression**"
     elif c.rounds_needed is not None:
         verdict += f" (~{c.rounds_needed} {c.unit}{c.per_side})"
