@@ -50,7 +50,7 @@ CASES = {
     "not-confirmed": ("0001", "0019", ()),
     # Under the flags that change the rule: comment-only code without its confirmation, and
     # the injector at other thresholds.
-    "fail-on-inconclusive": ("0004", "0018", ("--fail-on-inconclusive",)),
+    "fail-on-inconclusive": ("0003", "0018", ("--fail-on-inconclusive",)),
     "threshold": ("0005", "0019", ("--threshold", "20%", "--threshold-for", "decode=10%")),
 }
 FORMATS = ("json", "text", "markdown")

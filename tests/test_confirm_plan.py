@@ -348,9 +348,9 @@ def _with_improvement(base, cand):
 
 
 @pytest.mark.parametrize("reach, verdict", [(None, Verdict.UNCHANGED),
-                                            (1, Verdict.INCONCLUSIVE)])
-def test_a_stored_improvement_is_confirmed_by_the_ab_or_inconclusive(monkeypatch, reach,
-                                                                     verdict):
+                                            (1, Verdict.NOT_SLOWER)])
+def test_a_stored_improvement_is_confirmed_by_the_ab_or_only_not_slower(monkeypatch, reach,
+                                                                       verdict):
     base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
     calls = []
     _fake_ab(monkeypatch, base, cand, calls, reach=reach)
@@ -360,23 +360,23 @@ def test_a_stored_improvement_is_confirmed_by_the_ab_or_inconclusive(monkeypatch
     assert PREFILL[0] in schedule.unreserved and PREFILL[0] not in schedule.family
     after = {c.name: c for c in confirmed.comparisons}[PREFILL[0]]
     assert after.verdict is verdict
-    if verdict is Verdict.INCONCLUSIVE:
+    if verdict is Verdict.NOT_SLOWER:
         assert "not an improvement until a paired A/B confirms it" in after.reason
     again = stored.settle_by(result.comparisons, confirmed.confirmation)
     assert {c.name: c.verdict for c in again}[PREFILL[0]] is verdict
 
 
-def test_a_stored_improvement_no_ab_can_reproduce_is_inconclusive_unless_declined():
+def test_a_stored_improvement_no_ab_can_reproduce_is_not_slower_unless_declined():
     base, cand = _run(1, A, scale=20), _run(2, B, scale=20)
     cand.commit_info["dirty"] = True  # the candidate side may be dirty; the baseline not
     base.commit_info["dirty"] = True
     result = _with_improvement(base, cand)
     assert not pipeline.slower(result)  # nothing slower
     not_run = _confirm(result, pytest_args=[], budget_s=60)
-    assert {c.name: c.verdict for c in not_run.comparisons}[PREFILL[0]] is Verdict.INCONCLUSIVE
+    assert {c.name: c.verdict for c in not_run.comparisons}[PREFILL[0]] is Verdict.NOT_SLOWER
     assert not_run.confirmation.status is Status.NOT_RUN
     again = stored.settle_by(result.comparisons, not_run.confirmation)
-    assert {c.name: c.verdict for c in again}[PREFILL[0]] is Verdict.INCONCLUSIVE
+    assert {c.name: c.verdict for c in again}[PREFILL[0]] is Verdict.NOT_SLOWER
     declined = _confirm(result, pytest_args=[], budget_s=None)
     assert {c.name: c.verdict for c in declined.comparisons}[PREFILL[0]] is Verdict.IMPROVEMENT
 

@@ -241,6 +241,28 @@ def test_an_improvement_the_noise_cannot_prove_is_inconclusive_and_fails_nothing
     assert result.exit_code == Exit.OK
 
 
+@pytest.mark.parametrize("factor, verdict", [(1 / 1.1, Verdict.NOT_SLOWER),
+                                              (1.0, Verdict.INCONCLUSIVE)])
+def test_faster_within_the_noise_between_runs_is_not_slower_when_both_intervals_say_so(
+        factor, verdict):
+    """A host that got faster since the baseline: the rounds call decode faster, the noise
+    between runs lets neither "improvement" nor "unchanged" stand, yet both intervals lie
+    below 1 + delta, so a slowdown beyond the threshold is ruled out. Not slower: no
+    candidate, nothing inconclusive. The same runs without the move stay inconclusive (the
+    interval against the noise reaches past +10%)."""
+    history = _drifting_history(0.08)
+    result = gate.compare_runs(_run(1, "c" * 40), _run(2, B, factors={"decode": factor}),
+                               history=history)
+    assert {_verdicts(result)[k] for k in DECODE} == {verdict}
+    for c in result.comparisons:
+        if c.name in DECODE:
+            assert (result.between[c.name].ci_high < 1.1) is (verdict is Verdict.NOT_SLOWER)
+            assert (c.reason.startswith("not slower beyond +10%")) is (
+                verdict is Verdict.NOT_SLOWER)
+    assert DECODE.isdisjoint(pipeline.undecided(result)) is (verdict is Verdict.NOT_SLOWER)
+    assert result.exit_code == Exit.OK
+
+
 def test_unchanged_on_rounds_but_noisy_between_runs_is_inconclusive():
     result = gate.compare_runs(_run(1, "c" * 40), _run(2, B), history=_drifting_history(0.25))
     assert set(_verdicts(result).values()) == {Verdict.INCONCLUSIVE}

@@ -57,9 +57,10 @@ POWER = 0.8
 # The order the candidates take the budget in: a stored regression (only its confirmation
 # fails the run), then a slower benchmark within the noise (left undecided, it is "not
 # confirmed" and fails the run), then one the stored runs could not decide either way (left
-# undecided, it stays inconclusive, as it was).
+# undecided, it stays inconclusive, as it was), then a stored improvement (left unconfirmed,
+# it is not slower: the gate's question has its answer, only the improvement is unproven).
 _RANK = {Verdict.REGRESSION: 0, Verdict.NOT_CONFIRMED: 1, Verdict.INCONCLUSIVE: 2,
-         Verdict.IMPROVEMENT: 2}
+         Verdict.IMPROVEMENT: 3}
 _OPEN = (Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT)  # neither slower: nothing reserved
 
 

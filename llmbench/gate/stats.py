@@ -68,9 +68,10 @@ class Verdict(str, Enum):
     # noise between runs nor a paired A/B (one that could not run, was left out by the
     # budget, or did not decide it) (`gate.stored`).
     NOT_CONFIRMED = "not confirmed"
-    # Never given here either: a stored comparison's benchmark whose paired A/B ruled out a
-    # regression (its interval below 1 + delta) without showing it within the threshold both
-    # ways: not slower, perhaps faster. The gate's question has its answer (`gate.stored`).
+    # Never given here either: a benchmark whose intervals rule out a regression (below
+    # 1 + delta: the paired A/B's, or the stored rounds' and the one against the noise
+    # between runs) without showing it within the threshold both ways: not slower, perhaps
+    # faster. The gate's question has its answer (`gate.stored`).
     NOT_SLOWER = "not slower"
 
     def __str__(self) -> str:

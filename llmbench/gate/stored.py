@@ -10,13 +10,18 @@ The rounds' verdicts (`stats.compare_family`) are kept only where the noise betw
   measured yet). A paired A/B of the two commits (`confirm`) decides it; its verdict replaces
   the stored one.
 - improvement: likewise, else inconclusive (an unproven improvement fails nothing). Under the
-  suite's gate a paired A/B confirms it too, and one it does not is inconclusive (`unproven`):
+  suite's gate a paired A/B confirms it too, and one it does not is not slower (`unproven`):
   a host that moves more over hours than between the runs that measured the noise makes a
   stored comparison call its move.
 - unchanged: on the rounds, and the noise between runs measured, with its interval within
   [1 / (1 + delta), 1 + delta]; else inconclusive (unmeasured noise proves nothing either
   way, so saving more runs never makes a verdict weaker).
 - inconclusive stays inconclusive.
+- not slower: where an unchanged, inconclusive or faster verdict of the above cannot stand,
+  but the rounds' interval and the one against the noise between runs both lie below
+  1 + delta. Neither "unchanged" nor "improvement" is shown, and a slowdown beyond the
+  threshold is ruled out: the gate's question has its answer, and the confirmation's budget
+  goes to the benchmarks that are still open.
 
 Runs of the same code (`runs.same_code`) get no verdict at all: every difference is the
 machine's (`GateResult.same_code`).
@@ -34,6 +39,23 @@ from llmbench.gate.stats import Comparison, Verdict, decide
 
 def _between_words(b: Between) -> str:
     return f"between runs [{b.ci_low:.3f}, {b.ci_high:.3f}], p_adj={b.p_adjusted:.2g}"
+
+
+def _rules_out_slower(c: Comparison, b: Between | None) -> bool:
+    """Whether the rounds' interval and the one against the noise between runs both lie below
+    1 + delta: slower beyond the threshold is ruled out, as a stored "unchanged" rules it out,
+    by the same intervals at the same level."""
+    return b is not None and max(c.ci_high, b.ci_high) < 1 + c.threshold
+
+
+def _not_slower(c: Comparison, b: Between, rounds_said: str) -> Comparison:
+    # The gate's question has its answer: a host that moved faster between the two runs (or a
+    # real speed-up within the threshold) leaves a benchmark that neither equivalence nor an
+    # improvement can be shown for; it is not a candidate, and no budget is spent on it.
+    return dataclasses.replace(
+        c, verdict=Verdict.NOT_SLOWER, rounds_needed=None,
+        reason=f"not slower beyond +{c.threshold:.0%}: {rounds_said}, and against the noise "
+               f"between runs ({_between_words(b)})")
 
 
 def stored_verdict(c: Comparison, b: Between | None, alpha: float) -> Comparison:
@@ -61,10 +83,15 @@ def stored_verdict(c: Comparison, b: Between | None, alpha: float) -> Comparison
         if between is Verdict.IMPROVEMENT:
             return dataclasses.replace(c, reason=f"{c.reason}; beyond the noise between runs "
                                                  f"({_between_words(b)})")
+        if _rules_out_slower(c, b):
+            return _not_slower(c, b, "faster on this run's rounds")
         why = ("the noise between runs is not measured yet" if b is None
                else f"not beyond the noise between runs ({_between_words(b)})")
         return dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None,
                                    reason=f"faster on this run's rounds, but {why}")
+    if c.verdict in (Verdict.INCONCLUSIVE, Verdict.UNCHANGED) and between is not \
+            Verdict.UNCHANGED and _rules_out_slower(c, b):
+        return _not_slower(c, b, f"{c.verdict} on this run's rounds")
     if c.verdict is Verdict.INCONCLUSIVE and between is not Verdict.UNCHANGED:
         # Rounds alone would not decide it either: the noise between runs stands in the way,
         # which no number of rounds in one run can shrink.
@@ -129,19 +156,23 @@ def unconfirmed(comparisons: Sequence[Comparison], names, why: str) -> tuple[Com
 
 
 def unproven(comparisons: Sequence[Comparison], names, why: str) -> tuple[Comparison, ...]:
-    """The stored improvements among `names` as inconclusive: faster beyond the noise
+    """The stored improvements among `names` as not slower: faster beyond the noise
     measured between runs, but a host whose speed moves more over hours than between those
-    runs makes a stored comparison call its move; only a paired A/B that confirms it keeps
-    it an improvement."""
+    runs makes a stored comparison call its move, so only a paired A/B that confirms it keeps
+    it an improvement. Slower beyond the threshold it is not: both its intervals lie below
+    1 / (1 + delta) (inconclusive, should one not)."""
     names = set(names)
-    return tuple(dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, rounds_needed=None, reason=(
-        f"{c.reason}; not an improvement until a paired A/B confirms it ({why})"))
+    return tuple(dataclasses.replace(c, verdict=(
+        Verdict.NOT_SLOWER if c.ci_high < 1 + c.threshold else Verdict.INCONCLUSIVE),
+        rounds_needed=None, reason=(
+            f"{c.reason}; not an improvement until a paired A/B confirms it ({why}), "
+            "not slower either"))
         if c.name in names and c.verdict is Verdict.IMPROVEMENT else c for c in comparisons)
 
 
 def unsettled(comparisons: Sequence[Comparison], names, why: str) -> tuple[Comparison, ...]:
     """`names` as no paired A/B settled them: a stored regression not confirmed, a stored
-    improvement inconclusive (`unconfirmed`, `unproven`)."""
+    improvement not slower (`unconfirmed`, `unproven`)."""
     return unproven(unconfirmed(comparisons, names, why), names, why)
 
 
@@ -172,7 +203,7 @@ def settle_by(comparisons: Sequence[Comparison], confirmation: Confirmation
     """The stored verdicts as a confirmation settles them, the one way the suite's gate (as it
     runs the A/B) and every later reader of the saved run (`recorded`) derive them: the A/B's
     verdicts (`settle`); its candidates the budget left out, or that it did not decide, or for
-    which none could run, not confirmed if slower and inconclusive if faster (`unsettled`).
+    which none could run, not confirmed if slower and not slower if faster (`unsettled`).
     Declined (--no-confirm): the stored verdicts stand."""
     if not confirmation.ran:
         if confirmation.declined:
