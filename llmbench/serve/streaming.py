@@ -47,7 +47,13 @@ class IncrementalDetokenizer:
 
 
 def sse(data: dict | str, event: str | None = None) -> str:
-    """One Server-Sent Event frame."""
+    """One Server-Sent Event frame.
+
+    Written here rather than through sse-starlette, whose frames end lines with CRLF and
+    which interleaves keep-alive comments: these are the bytes the small servers our users
+    compare against write (`data: ...` and a blank line, LF only), so a client written for
+    them reads ours unchanged (tests/test_server_clients.py). Reading is the library's
+    (httpx-sse, `llmbench.load.client`)."""
     payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"
 
