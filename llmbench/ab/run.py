@@ -82,8 +82,8 @@ def run_ab(rev: str, *, budget_s: float = DEFAULT_BUDGET_S, max_pairs: int | Non
         raise ABError("--normalize does not apply to a paired A/B: each pair already shares "
                       "its moment on the machine; drop it")
     root = repo_root(repo)
-    if keep is not None and Path(keep).exists() and any(Path(keep).iterdir()):
-        raise ABError(f"--keep {keep}: the folder is not empty; pass a new one")
+    if keep is not None:
+        _check_keep(Path(keep))
     with contextlib.ExitStack() as stack:
         workdir = Path(keep) if keep else Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="llmbench-ab-runs-")))
@@ -99,6 +99,19 @@ def run_ab(rev: str, *, budget_s: float = DEFAULT_BUDGET_S, max_pairs: int | Non
                              on_interrupt=on_interrupt, focus=focus,
                              disturbed_share=disturbed_share, clearing=clearing,
                              schedule=schedule)
+
+
+def _check_keep(folder: Path) -> None:
+    """--keep must name a new or empty folder both sides' runs can be saved in: said before
+    any suite starts."""
+    if folder.exists() and not folder.is_dir():
+        raise ABError(f"--keep {folder}: that is a file, not a folder; pass a new folder")
+    if folder.is_dir() and any(folder.iterdir()):
+        raise ABError(f"--keep {folder}: the folder is not empty; pass a new one")
+    try:
+        runs.check_writable(folder)
+    except runs.RunError as exc:
+        raise ABError(f"--keep: {exc}; pass another folder") from None
 
 
 def judge_in_turn(baseline: Checkout, candidate: Checkout, *, pytest_args: Sequence[str],

@@ -165,11 +165,27 @@ def _refuse_parallel_benchmarks(config: pytest.Config) -> None:
         raise pytest.UsageError(SERIAL_ONLY)
 
 
+def _refuse_unwritable_store(config: pytest.Config, settings: BenchSettings) -> None:
+    """A run that cannot be saved is refused before its first benchmark, not lost after
+    the last one (the controller checks; a session that times nothing saves nothing)."""
+    if (not settings.save or hasattr(config, "workerinput")
+            or config.getoption("collectonly") or config.getoption("benchmark_disable")
+            or config.getoption("benchmark_skip")):
+        return
+    try:
+        runs.check_writable(settings.run_folder)
+    except UserError as exc:
+        raise pytest.UsageError(f"--baseline-dir: {exc}; fix it, pass another --baseline-dir, "
+                                "or --no-save") from None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Validate the options once, before any fixture or benchmark sees them."""
     _refuse_parallel_benchmarks(config)
-    config.stash[SETTINGS_KEY] = _settings_from(config)
+    settings = _settings_from(config)
+    _refuse_unwritable_store(config, settings)
+    config.stash[SETTINGS_KEY] = settings
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -21,6 +21,7 @@ pytest_plugins = ["llmbench.bench.options", "llmbench.bench.record", "llmbench.b
 pytest.register_assert_rewrite(*pytest_plugins)
 
 from llmbench.bench import gate_hook, interleave, record, work_reference  # noqa: E402
+from llmbench.errors import Exit, session_status  # noqa: E402
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -43,7 +44,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         gate_hook.judge(session, output)
         work_reference.judge(session, output)
     finally:
-        record.save(config, output)  # whatever became of the gate, the run is kept
+        # Whatever became of the gate, the run is kept; where it was meant to go, or, if
+        # that folder refuses it, elsewhere (the summary says where), failing the session.
+        if not record.save(config, output) and getattr(session, "exitstatus", exitstatus) == 0:
+            session.exitstatus = session_status(Exit.USAGE)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

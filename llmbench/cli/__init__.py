@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import os
 import sys
+import warnings
 
 from llmbench import __version__
 from llmbench.cli import (
@@ -26,6 +27,7 @@ from llmbench.cli import (
     server,
 )
 from llmbench.errors import Exit, UserError
+from llmbench.runs import DamagedRunSkipped
 
 
 class _Parser(argparse.ArgumentParser):
@@ -122,11 +124,29 @@ def _closed_stdout_tolerated():
         sys.stdout = guard.stream
 
 
+@contextlib.contextmanager
+def _damaged_runs_named(command: str):
+    """Each saved run a command left out because it could not be read, named in one line
+    on stderr (once), in place of Python's warning format."""
+    def show(message, category, *_args, **_kwargs):
+        if issubclass(category, DamagedRunSkipped):
+            print(f"llmbench {command}: {message}", file=sys.stderr)
+        else:
+            shown(message, category, *_args, **_kwargs)
+
+    shown = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", DamagedRunSkipped)
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     with _closed_stdout_tolerated():
         args = build_parser().parse_args(argv)  # --help output may meet a closed pipe too
         try:
-            return args.func(args)
+            with _damaged_runs_named(args.command):
+                return args.func(args)
         except UserError as exc:
             print(f"llmbench {args.command}: error: {exc}", file=sys.stderr)
             return Exit.USAGE

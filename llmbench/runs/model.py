@@ -49,9 +49,35 @@ class RunError(UserError):
     """A run file that cannot be used: missing, not JSON, or without what the reader needs."""
 
 
+# What a round of any benchmark can take, in seconds: a clock reads no shorter time than a
+# nanosecond, and a round of an hour is no benchmark. A sample outside is a damaged file, and
+# would overflow the statistics (a log of 5e-324) or draw negative error bars.
+PHYSICAL_SECONDS = (1e-9, 3600.0)
+
+
 def is_number(value) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+    """A finite int or float (not a bool); an int too large for a float is not one."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _physical(values, source: str, what: str) -> tuple[float, ...]:
+    """`values` as seconds, each within PHYSICAL_SECONDS; one `RunError` naming the run and
+    what holds them otherwise."""
+    try:
+        seconds = tuple(float(x) for x in values)
+    except (TypeError, ValueError, OverflowError):
+        raise RunError(f"{source}: {what} has samples that are not numbers; the file is "
+                       "damaged") from None
+    low, high = PHYSICAL_SECONDS
+    if not all(low <= x <= high for x in seconds):
+        raise RunError(f"{source}: {what} has samples outside {low:g} s to {high:g} s, "
+                       "which no run measures; the file is damaged")
+    return seconds
 
 
 def median(values: Sequence[float]) -> float:
@@ -254,14 +280,11 @@ def _undisturbed(values: tuple[float, ...], extra_info: Mapping, found: dict[str
 
 
 def _samples(entry: Mapping, key: str, source: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(x) for x in entry["stats"].get("data") or ())
-    except (TypeError, ValueError):
-        raise RunError(f"{source}: {key!r} has non-numeric samples") from None
-    if not all(math.isfinite(x) and x > 0 for x in values):
-        raise RunError(f"{source}: {key!r} has samples that are not positive finite "
-                       "seconds; the file is damaged")
-    return values
+    data = entry["stats"].get("data") or ()
+    if not isinstance(data, (list, tuple)):
+        raise RunError(f"{source}: {key!r} has samples that are not a list; the file is "
+                       "damaged")
+    return _physical(data, source, repr(key))
 
 
 def run_from_json(data, source: str, *, path: Path | None = None, samples: bool = True,
@@ -284,6 +307,8 @@ def run_from_json(data, source: str, *, path: Path | None = None, samples: bool 
             raise RunError(f"{source}: benchmark {key!r} appears twice")
         name = str(entry.get("name") or key)
         found = {k: float(v) for k in SUMMARY_STATS if is_number(v := entry["stats"].get(k))}
+        _physical([found[k] for k in ("min", "max", "median") if k in found], source,
+                  f"{key!r}'s summary")
         if summary and (missing := [k for k in SUMMARY_STATS if k not in found]):
             raise RunError(f"{source}: benchmark {name} lacks stats {', '.join(missing)}")
         extra = dict(entry.get("extra_info") or {})
@@ -308,9 +333,12 @@ def run_from_json(data, source: str, *, path: Path | None = None, samples: bool 
                        f"this llmbench reads (up to {FORMAT_VERSION}): upgrade llmbench")
     environment = section.get("environment")
     control = section.get("control_s") or ()
+    if not isinstance(control, (list, tuple)):
+        raise RunError(f"{source}: its control samples are not a list; the file is damaged")
+    control = _physical(control, source, "the control workload")
     return Run(source=source, benchmarks=benchmarks,
                environment=dict(environment) if isinstance(environment, dict) else None,
-               control_s=tuple(float(x) for x in control), info=section,
+               control_s=control, info=section,
                commit_info=dict(data.get("commit_info") or {}), datetime=data.get("datetime"),
                path=path, pairing=data.get("llmbench_pairing")
                if isinstance(data.get("llmbench_pairing"), dict) else None,

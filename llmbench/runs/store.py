@@ -16,6 +16,7 @@ import json
 import os
 import re
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -25,6 +26,16 @@ from llmbench.runs.model import Run, RunError, run_from_json
 BASELINES_DIR = "baselines"
 LATEST = "latest"  # names the latest comparable run wherever a baseline run is asked for
 _RUN_NAME = re.compile(r"(\d{4,})_.*\.json$")
+
+
+class DamagedRunSkipped(UserWarning):
+    """A saved run that could not be read was left out of a search or a history: a warning,
+    so that a search goes on past it and every front end can name it (the CLI prints it in
+    one line, the pytest gate in its summary)."""
+
+
+def _left_out(exc: RunError) -> None:
+    warnings.warn(DamagedRunSkipped(f"left out a damaged run: {exc}"), stacklevel=3)
 
 
 class NoBaseline(LookupError):
@@ -71,18 +82,77 @@ def write_new_json(path: Path, payload: dict) -> None:
 
 
 def save_numbered(folder: Path, payload: dict, label: str) -> Path:
-    """Save `payload` as the next `NNNN_<label>.json` in `folder`; never overwrites."""
+    """Save `payload` as the next `NNNN_<label>.json` in `folder`; never overwrites, and the
+    number is unique in the folder whatever the label: taking the next number and writing
+    the file happen under an exclusive lock on the folder (`_numbering`), so processes
+    saving at once, with labels of other commits or other seconds, never share one."""
     safe_label = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_") or "run"
-    for _ in range(1000):
-        numbers = [int(m.group(1)) for p in folder.glob("*.json")
-                   if (m := re.match(r"(\d{4,})_", p.name))] if folder.exists() else []
-        path = folder / f"{max(numbers, default=0) + 1:04d}_{safe_label}.json"
-        try:
-            write_new_json(path, payload)
-            return path
-        except FileExistsError:
-            continue  # another run took this number meanwhile; take the next
+    folder.mkdir(parents=True, exist_ok=True)
+    with _numbering(folder):
+        for _ in range(1000):
+            path = folder / run_file_name(next_number(folder), safe_label)
+            try:
+                write_new_json(path, payload)
+                return path
+            except FileExistsError:
+                continue  # a writer without the lock (an older llmbench) took it: the next
     raise RuntimeError(f"could not find a free run number in {folder}")
+
+
+def next_number(folder: Path) -> int:
+    """The number the next run saved in `folder` takes: one past the highest there (1 when
+    there is none, or no folder)."""
+    if not folder.is_dir():
+        return 1
+    return max((n for p in folder.iterdir() if (n := run_number(p)) is not None), default=0) + 1
+
+
+def run_file_name(number: int, label: str) -> str:
+    return f"{number:04d}_{label}.json"
+
+
+class _numbering:
+    """An exclusive lock on a folder's numbering: `flock` on its `.llmbench-numbering`
+    file (released by the kernel if the process dies). Where there is no `fcntl`, no lock:
+    the hard link in `write_atomic` still never overwrites."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / ".llmbench-numbering"
+        self.fd: int | None = None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:
+            return self
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing releases the lock
+            self.fd = None
+
+
+def check_writable(folder: str | os.PathLike) -> None:
+    """Refuse, in one `RunError` line, a folder runs cannot be saved in: before the first
+    benchmark runs, so that no measured run is lost at the end (the caller adds which flag
+    to change). Creates nothing: a file is made and removed in the folder, or in its
+    nearest existing parent when the folder is yet to be made."""
+    folder = Path(folder)
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise RunError(f"cannot save runs in {folder}: {existing} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".llmbench-write-check-")
+    except OSError as exc:
+        raise RunError(f"cannot save runs in {folder}: {exc.strerror or exc} in {existing}"
+                       ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def read_json(path: Path):
@@ -99,6 +169,12 @@ def read_json(path: Path):
         what = "truncated" if exc.pos >= len(text.rstrip()) else "invalid"
         raise RunError(f"{path} is {what} JSON ({exc.msg} at line {exc.lineno}, column "
                        f"{exc.colno}): re-run the benchmarks to replace it") from None
+    except RecursionError:  # arrays or objects nested deeper than any run writes
+        raise RunError(f"{path} is damaged: its JSON nests deeper than Python reads; "
+                       "re-run the benchmarks to replace it") from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise RunError(f"{path} is damaged: {exc}; re-run the benchmarks to replace it"
+                       ) from None
 
 
 def resolve_run(path: str | os.PathLike) -> Path:
@@ -139,7 +215,8 @@ def list_runs(folder: str | os.PathLike) -> list[Path]:
 def latest_run(folder: str | os.PathLike, environment: Mapping | None = None,
                exclude: Sequence[str | os.PathLike] = ()) -> Path | None:
     """The newest run in `folder`, skipping `exclude`; with `environment`, the newest whose
-    environment matches it (unreadable runs are skipped then). None if there is none."""
+    environment matches it (an unreadable run is left out then, and named: a
+    `DamagedRunSkipped` warning). None if there is none."""
     skip = {Path(p).resolve() for p in exclude}
     for path in reversed(list_runs(folder)):
         if path.resolve() in skip:
@@ -148,7 +225,8 @@ def latest_run(folder: str | os.PathLike, environment: Mapping | None = None,
             return path
         try:
             run = load_run(path)
-        except RunError:
+        except RunError as exc:
+            _left_out(exc)
             continue
         if not environment_differences(run.environment, environment):
             return path
@@ -158,8 +236,9 @@ def latest_run(folder: str | os.PathLike, environment: Mapping | None = None,
 def environment_runs(folder: str | os.PathLike, environment: Mapping | None,
                      exclude: Sequence[str | os.PathLike] = ()) -> list[Run]:
     """Every readable run in `folder` of `environment`, oldest first, other than `exclude`:
-    what the gate learns this environment's noise between runs from. Unreadable runs are
-    skipped (they are refused by name wherever one is asked for)."""
+    what the gate learns this environment's noise between runs from. An unreadable run is
+    left out and named (a `DamagedRunSkipped` warning; it is refused by name wherever it
+    is asked for itself)."""
     if environment is None:
         return []
     skip = {Path(p).resolve() for p in exclude}
@@ -169,7 +248,8 @@ def environment_runs(folder: str | os.PathLike, environment: Mapping | None,
             continue
         try:
             run = load_run(path)
-        except RunError:
+        except RunError as exc:
+            _left_out(exc)
             continue
         if not environment_differences(run.environment, environment):
             found.append(run)
