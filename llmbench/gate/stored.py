@@ -162,12 +162,17 @@ def unproven(comparisons: Sequence[Comparison], names, why: str) -> tuple[Compar
     it an improvement. Slower beyond the threshold it is not: both its intervals lie below
     1 / (1 + delta) (inconclusive, should one not)."""
     names = set(names)
-    return tuple(dataclasses.replace(c, verdict=(
-        Verdict.NOT_SLOWER if c.ci_high < 1 + c.threshold else Verdict.INCONCLUSIVE),
-        rounds_needed=None, reason=(
-            f"{c.reason}; not an improvement until a paired A/B confirms it ({why}), "
-            "not slower either"))
-        if c.name in names and c.verdict is Verdict.IMPROVEMENT else c for c in comparisons)
+
+    def withdrawn(c: Comparison) -> Comparison:
+        ruled_out = c.ci_high < 1 + c.threshold  # said only where it holds
+        return dataclasses.replace(
+            c, verdict=Verdict.NOT_SLOWER if ruled_out else Verdict.INCONCLUSIVE,
+            rounds_needed=None,
+            reason=f"{c.reason}; not an improvement until a paired A/B confirms it ({why})"
+                   + (", not slower either" if ruled_out else ""))
+
+    return tuple(withdrawn(c) if c.name in names and c.verdict is Verdict.IMPROVEMENT else c
+                 for c in comparisons)
 
 
 def unsettled(comparisons: Sequence[Comparison], names, why: str) -> tuple[Comparison, ...]:
