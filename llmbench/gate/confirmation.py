@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from llmbench.gate.host_move import Cleared
 from llmbench.gate.stats import Comparison, Verdict
 from llmbench.runs.model import Run
 
@@ -67,6 +68,42 @@ class Family:
                    float(data.get("alpha") or 0.0), tuple(data.get("regression") or ()))
 
 
+def _cleared(data) -> Cleared | None:
+    """One judged candidate as saved; None where the entry is damaged (it clears nothing)."""
+    try:
+        return Cleared(float(data["ratio"]), float(data["ci_low"]), float(data["ci_high"]),
+                       data["not_slower"] is True)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class HostMove:
+    """The machine's move between the two runs as the A/B's pairs measured it, and the
+    candidates they did not decide judged on their stored ratios over it (`gate.host_move`)."""
+
+    ratio: float  # the move: stored over paired, weighted over the readings
+    scale: float  # Birge's ratio of the readings' scatter (>= 1)
+    readings: tuple[str, ...]  # the paired candidates it was measured on
+    judged: Mapping[str, Cleared]  # undecided candidates, their ratio over the move
+
+    @property
+    def cleared(self) -> tuple[str, ...]:
+        return tuple(name for name, c in self.judged.items() if c.not_slower)
+
+    def to_json(self) -> dict:
+        return {"ratio": self.ratio, "scale": self.scale, "readings": list(self.readings),
+                "judged": {name: dataclasses.asdict(c) for name, c in self.judged.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> HostMove:
+        judged = data.get("judged") if isinstance(data.get("judged"), Mapping) else {}
+        return cls(float(data.get("ratio") or 1.0), float(data.get("scale") or 1.0),
+                   tuple(data.get("readings") or ()),
+                   {str(name): cleared for name, c in judged.items()
+                    if (cleared := _cleared(c)) is not None})
+
+
 @dataclass(frozen=True)
 class Confirmation:
     """The paired A/B that settled a stored comparison, or why none ran."""
@@ -83,6 +120,7 @@ class Confirmation:
     summary: str | None = None  # the A/B's own summary line
     comparisons: tuple[Comparison, ...] = ()  # the A/B's verdicts, family applied
     family: Family | None = None
+    host_move: HostMove | None = None
     # A run saved by an older llmbench: the candidates a further A/B was for, and why it failed.
     failed: tuple[tuple[str, ...], str | None] | None = None
 
@@ -117,6 +155,8 @@ class Confirmation:
                "comparisons": [comparison_json(c) for c in self.comparisons]}
         if self.family is not None:
             out["family"] = self.family.to_json()
+        if self.host_move is not None:
+            out["host_move"] = self.host_move.to_json()
         if self.failed is not None:
             out["failed"] = {"benchmarks": list(self.failed[0]), "why": self.failed[1]}
         return out
@@ -125,6 +165,7 @@ class Confirmation:
     def from_json(cls, data: Mapping) -> Confirmation:
         failed = data.get("failed")
         family = data.get("family")
+        moved = data.get("host_move")
         return cls(
             # Only "ran" says pairs were taken; anything else (a damaged file) is none.
             status=Status.RAN if data.get("status") == Status.RAN.value else Status.NOT_RUN,
@@ -134,6 +175,8 @@ class Confirmation:
             alpha=data.get("alpha"), seconds=data.get("seconds"), summary=data.get("summary"),
             comparisons=tuple(comparison_from_json(d) for d in data.get("comparisons") or ()),
             family=Family.from_json(family) if isinstance(family, Mapping) and family else None,
+            host_move=HostMove.from_json(moved) if isinstance(moved, Mapping) and moved
+            else None,
             failed=(tuple(failed.get("benchmarks") or ()), failed.get("why"))
             if isinstance(failed, Mapping) and failed else None)
 

@@ -26,6 +26,11 @@ noise between runs, and that noise is measured here, never assumed:
   the moderated df: a two-sided p (Holm over the run, as the rounds' test) and an interval
   at the rule's confidence. A stored regression needs this interval wholly above 1 + delta,
   beside the rounds' verdict; `smallest_regression` is the least ratio that can pass.
+- The residual noise (`NoiseEstimate.residuals`): the same spread once each run's shared
+  move is removed (the median, over its benchmarks, of their deviations from their code's
+  level). A host's speed moves every benchmark of a run together; what is left is each
+  benchmark's own. A confirmation that measures the shared move with its pairs judges the
+  candidates it did not pair against this (`host_move`).
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ class NoiseEstimate:
     runs: int = 0  # runs of known code that share their code with another run
     groups: int = 0  # distinct codes among them
     prior_df: float = 0.0  # d0 of the moderation (inf: all benchmarks share one spread)
+    # The same with each run's shared move (the machine's speed that run, felt by every
+    # benchmark) removed: what is left is each benchmark's own (`host_move`).
+    residuals: Mapping[str, Spread] = field(default_factory=dict)
 
     @property
     def observations(self) -> int:
@@ -143,6 +151,46 @@ def _shape(run: Run, key: str) -> tuple:
     return tuple(extra.get(k) for k in WORK_SHAPE_FIELDS)
 
 
+def _moderate_all(own: Mapping[str, tuple[float, int]], observations: int
+                  ) -> tuple[dict[str, Spread], float]:
+    """Each benchmark's (sd, df) moderated towards the spread they share; and d0."""
+    s0_2, d0 = fit_prior([s ** 2 for s, _ in own.values()], [d for _, d in own.values()])
+    # The benchmarks' variances are not independent estimates: a run's drift moves all of
+    # them at once, so they agree more than their own df say. The prior is worth at most
+    # as many degrees of freedom as there are A/A observations.
+    d0 = min(d0, observations)
+    spreads = {}
+    for key, (sigma, df) in own.items():
+        s2, total_df = _moderated(sigma ** 2, df, s0_2, d0)
+        spreads[key] = Spread(sigma=math.sqrt(s2), df=total_df, own_sigma=sigma, own_df=df)
+    return spreads, d0
+
+
+def _residual_spreads(cells: Mapping[tuple, Mapping[int, float]]) -> dict[str, tuple[float, int]]:
+    """(sd, df) of each benchmark's log medians once each run's shared move is removed.
+    `cells`: (benchmark, group, shape) -> {run: log median}. A run's shared move is the
+    median, over its benchmarks, of their deviations from their cell's mean; what is left
+    is the benchmark's own. A cell of n runs gives n - 1 df, as in `pooled_spread` (the
+    shared move, a median over dozens of benchmarks, costs each of them a small fraction of
+    one)."""
+    deviations: dict[tuple, dict[int, float]] = {}
+    for cell, by_run in cells.items():
+        if len(by_run) >= 2:
+            mean = sum(by_run.values()) / len(by_run)
+            deviations[cell] = {run: v - mean for run, v in by_run.items()}
+    per_run: dict[int, list[float]] = {}
+    for by_run in deviations.values():
+        for run, v in by_run.items():
+            per_run.setdefault(run, []).append(v)
+    shared = {run: float(np.median(values)) for run, values in per_run.items()}
+    sums: dict[str, list[float]] = {}
+    for (key, *_), by_run in deviations.items():
+        total = sums.setdefault(key, [0.0, 0])
+        total[0] += sum((v - shared[run]) ** 2 for run, v in by_run.items())
+        total[1] += len(by_run) - 1
+    return {key: (math.sqrt(ss / df), int(df)) for key, (ss, df) in sums.items()}
+
+
 def estimate_noise(history: Sequence[Run]) -> NoiseEstimate:
     """The noise between runs of one environment's saved runs (see the module docstring).
     Runs of unknown code (no commit, a dirty tree) tell nothing here and are left out; so
@@ -153,33 +201,32 @@ def estimate_noise(history: Sequence[Run]) -> NoiseEstimate:
         if code.is_known:
             by_code.setdefault(code, []).append(run)
     repeated = [group for group in by_code.values() if len(group) >= 2]
-    keys = list(dict.fromkeys(k for group in repeated for run in group for k in run.benchmarks))
-    own: dict[str, tuple[float, int]] = {}
-    for key in keys:
-        values: dict = {}
-        for index, group in enumerate(repeated):
-            for run in group:
-                bench = run.benchmarks.get(key)
+    # (benchmark, group, work shape) -> {run's index: its log median}
+    cells: dict[tuple, dict[int, float]] = {}
+    index = 0
+    for group_index, group in enumerate(repeated):
+        for run in group:
+            for key, bench in run.benchmarks.items():
                 # Every round of it disturbed by other work: it says nothing of quiet runs.
-                if bench is not None and bench.samples and not bench.all_disturbed:
-                    values.setdefault((index, _shape(run, key)), []).append(
-                        math.log(median(bench.samples)))
-        found = pooled_spread(list(values.values()))
+                if bench.samples and not bench.all_disturbed:
+                    cells.setdefault((key, group_index, _shape(run, key)), {})[index] = \
+                        math.log(median(bench.samples))
+            index += 1
+    own: dict[str, tuple[float, int]] = {}
+    keys = dict.fromkeys(key for key, *_ in cells)
+    for key in keys:
+        found = pooled_spread([list(by_run.values()) for (k, *_), by_run in cells.items()
+                               if k == key])
         if found is not None:
             own[key] = found
     if not own:
         return NoiseEstimate()
-    s0_2, d0 = fit_prior([s ** 2 for s, _ in own.values()], [d for _, d in own.values()])
-    # The benchmarks' variances are not independent estimates: a run's drift moves all of
-    # them at once, so they agree more than their own df say. The prior is worth at most
-    # as many degrees of freedom as there are A/A observations.
-    d0 = min(d0, sum(len(group) - 1 for group in repeated))
-    spreads = {}
-    for key, (sigma, df) in own.items():
-        s2, total_df = _moderated(sigma ** 2, df, s0_2, d0)
-        spreads[key] = Spread(sigma=math.sqrt(s2), df=total_df, own_sigma=sigma, own_df=df)
+    observations = sum(len(group) - 1 for group in repeated)
+    spreads, d0 = _moderate_all(own, observations)
+    residual = _residual_spreads(cells)
+    residuals = _moderate_all(residual, observations)[0] if residual else {}
     return NoiseEstimate(spreads=spreads, runs=sum(map(len, repeated)), groups=len(repeated),
-                         prior_df=d0)
+                         prior_df=d0, residuals=residuals)
 
 
 def between_runs(ratios: Mapping[str, float], spreads: Mapping[str, Spread],

@@ -11,8 +11,10 @@
 4. the paired A/B: the one step the gate does not take, since it starts processes. The suite
    hands `judge` a runner (`llmbench.bench.confirm.runner`, which calls `llmbench.ab.run_ab`)
    that takes the `Request` and returns the A/B's verdicts.
-5. conclude (`conclude`): the A/B's verdicts, the family decided together (`family`), all in
-   one typed `Confirmation`, which the suite saves in the run.
+5. conclude (`conclude`): the A/B's verdicts, the family decided together (`family`), the
+   machine's move between the runs as the pairs measured it and the candidates no pair
+   decided that it clears (`host_move`), all in one typed `Confirmation`, which the suite
+   saves in the run.
 6. settle (`settle`, `stored.settle_by`): every verdict from the stored one and the
    confirmation, the same way whether the confirmation just ran or is read back from the
    saved run (`compare_runs`: `llmbench compare`, `report`, the dashboard).
@@ -27,12 +29,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from llmbench.errors import UserError
-from llmbench.gate import confirm_plan, family, sequential, stored
+from llmbench.gate import confirm_plan, family, host_move, sequential, stored
 from llmbench.gate.compare import GateOptions, GateResult, Judged, screen_runs
 from llmbench.gate.confirmation import (
     NO_CONFIRM,
     Confirmation,
     Family,
+    HostMove,
     Status,
     not_run,
     recorded,
@@ -198,17 +201,53 @@ def _together(chosen: confirm_plan.Plan, pairing: Mapping | None,
                   tuple(sorted(name for name, m in members.items() if m.regression)))
 
 
+def _moved(result: GateResult, asked: Request, pairing: Mapping | None,
+           judged: Mapping[str, Comparison]) -> HostMove | None:
+    """The machine's move between the two runs, read from the candidates the A/B paired, and
+    every candidate it did not decide (left out, or paired without a verdict) judged on its
+    stored ratio over that move (`gate.host_move`). A paired candidate's own reading is left
+    out of the move it is judged against, so its pairs do not judge it twice. None without
+    the residual noise between runs or enough readings."""
+    residuals = result.noise.residuals if result.noise is not None else {}
+    stored_ratios = {c.name: c.ratio for c in result.comparisons}
+    thresholds = {c.name: c.threshold for c in result.comparisons}
+    readings = {}
+    for record in (pairing or {}).get("benchmarks", ()):
+        name = record["name"]
+        if name in judged and name in residuals and name in stored_ratios \
+                and record["baseline"] and record["candidate"]:
+            found = host_move.reading(name, stored_ratios[name], sequential.log_ratios(
+                record["baseline"], record["candidate"]), residuals[name])
+            if found is not None:
+                readings[name] = found
+    move = host_move.measure(list(readings.values()))
+    if move is None:
+        return None
+    open_keys = [name for name in asked.keys if name in residuals and name in stored_ratios
+                 and (name not in judged or judged[name].verdict is Verdict.INCONCLUSIVE)]
+    cleared = {}
+    for name in open_keys:
+        against = move if name not in readings else host_move.measure(
+            [r for other, r in readings.items() if other != name])
+        if against is not None:
+            cleared[name] = host_move.clear(stored_ratios[name], residuals[name], against,
+                                            thresholds[name], asked.clearing_alpha)
+    return HostMove(move.ratio, move.scale, move.readings, cleared)
+
+
 def conclude(result: GateResult, asked: Request, paired: GateResult, seconds: float
              ) -> Confirmation:
     """The confirmation from the A/B's verdicts on `asked`: those it paired (the family
-    decided together), and those the budget left out, with no pair."""
+    decided together), those the budget left out, with no pair, and the machine's move the
+    pairs measured, which may clear those they did not decide."""
     judged = {c.name: c for c in paired.comparisons if c.n_pairs}
     together = _together(asked.plan, paired.pairing, judged)
     return Confirmation(
         Status.RAN, against=asked.commit, baseline=run_stamp(result.baseline),
         benchmarks=tuple(judged), left=tuple(name for name in asked.keys if name not in judged),
         undecided=asked.undecided, alpha=asked.options.alpha, seconds=round(seconds, 1),
-        summary=summary_line(paired), comparisons=tuple(judged.values()), family=together)
+        summary=summary_line(paired), comparisons=tuple(judged.values()), family=together,
+        host_move=_moved(result, asked, paired.pairing, judged))
 
 
 def settle(result: GateResult, confirmation: Confirmation | None) -> GateResult:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from llmbench.gate import stats
 from llmbench.gate.compare import GateResult, Judged
-from llmbench.gate.confirmation import Family
+from llmbench.gate.confirmation import Family, HostMove
 from llmbench.gate.memory import MemoryStatus
 from llmbench.gate.work import WorkFinding, WorkStatus, differing, rule_words, tally
 from llmbench.runs.code import code_of
@@ -203,8 +203,10 @@ def code_lines(result: GateResult) -> list[str]:
     conf = result.confirmation
     if conf is not None and conf.ran:
         undecided = set(conf.undecided)
-        left = [name for name in conf.left if name not in undecided]
-        unreached = len(conf.left) - len(left)
+        cleared = set(conf.host_move.cleared) if conf.host_move is not None else set()
+        left = [name for name in conf.left if name not in undecided and name not in cleared]
+        unreached = len([name for name in conf.left if name in undecided
+                         and name not in cleared])
         lines.append(f"confirmed by a paired A/B against {conf.against[:8]}: "
                      f"{len(conf.benchmarks)} benchmarks in "
                      f"{conf.seconds or 0:.0f} s; their verdicts are the A/B's"
@@ -212,6 +214,7 @@ def code_lines(result: GateResult) -> list[str]:
                         f"alpha {result.options.alpha:g}, one test that none is past the "
                         "threshold)" if conf.cleared else "")
                      + _family_words(conf.family)
+                     + _move_words(conf.host_move)
                      + (f"; {len(left)} more slower benchmark(s) its budget did not "
                         "reach are not confirmed" if left else "")
                      + (f"; {unreached} the stored runs could not decide were not reached "
@@ -219,6 +222,19 @@ def code_lines(result: GateResult) -> list[str]:
     elif conf is not None:
         lines.append(f"not confirmed by a paired A/B: {conf.why}")
     return lines
+
+
+def _move_words(moved: HostMove | None) -> str:
+    """The machine's move the pairs measured (`gate.host_move`), for the confirmation's
+    line."""
+    if moved is None:
+        return ""
+    scatter = (f", its readings scattering x{math.sqrt(moved.scale):.1f} wider than their "
+               "noise" if moved.scale > 1 else "")
+    return (f"; the machine moved x{moved.ratio:.3f} between the runs (stored over paired "
+            f"ratios of {len(moved.readings)} benchmarks{scatter}): it explains the stored "
+            f"move of {len(moved.cleared)} of the {len(moved.judged)} candidates no pair "
+            "decided, which are not slower")
 
 
 def _family_words(together: Family | None) -> str:

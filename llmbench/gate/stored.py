@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from llmbench.gate.confirmation import Confirmation
+from llmbench.gate.confirmation import Confirmation, HostMove
 from llmbench.gate.noise import Between
 from llmbench.gate.stats import Comparison, Verdict, decide
 
@@ -224,4 +224,28 @@ def settle_by(comparisons: Sequence[Comparison], confirmation: Confirmation
     if confirmation.failed:
         names, why = confirmation.failed
         out = unconfirmed(out, names, f"the further paired A/B failed: {why}")
-    return unsettled(out, [k for k in confirmation.covered if k not in decided], UNDECIDED)
+    out = unsettled(out, [k for k in confirmation.covered if k not in decided], UNDECIDED)
+    return _cleared_by_the_move(out, confirmation.host_move)
+
+
+def _cleared_by_the_move(comparisons: Sequence[Comparison], moved: HostMove | None
+                         ) -> tuple[Comparison, ...]:
+    """The candidates no pair decided (not confirmed, inconclusive) that their stored ratio
+    over the machine's move, as the A/B's pairs measured it, clears (`gate.host_move`): not
+    slower. Nothing else changes: the move never names a regression."""
+    if moved is None:
+        return tuple(comparisons)
+    out = []
+    for c in comparisons:
+        judged = moved.judged.get(c.name)
+        if judged is not None and judged.not_slower and c.verdict in (
+                Verdict.NOT_CONFIRMED, Verdict.INCONCLUSIVE):
+            c = dataclasses.replace(
+                c, verdict=Verdict.NOT_SLOWER, rounds_needed=None,
+                reason=f"not slower beyond +{c.threshold:.0%}: stored x{c.ratio:.3f} is the "
+                       f"machine's move x{moved.ratio:.3f}, measured by the paired A/B on "
+                       f"{len(moved.readings)} benchmarks, times x{judged.ratio:.3f} "
+                       f"[{judged.ci_low:.3f}, {judged.ci_high:.3f}] against this "
+                       f"benchmark's own noise between runs")
+        out.append(c)
+    return tuple(out)

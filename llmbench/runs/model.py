@@ -26,8 +26,10 @@ from llmbench.errors import UserError
 # high-water mark under the same name), and the stored verdict and its confirmation.
 # 3: rounds disturbed by other work, listed per benchmark (extra_info disturbance.left_out)
 # and left out of its samples; an older reader would judge them.
+# 4: the confirmation's measure of the machine's move (`confirmation.host_move`), which
+# clears candidates it did not pair; an older reader would leave them not confirmed.
 # A run of a newer format is refused by name: this llmbench cannot know what it means.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # Groups in the order reports show them; any other group follows, alphabetically.
 GROUP_ORDER = ("output-sweep", "input-sweep", "prefill", "decode", "kv-cache", "batch-size",
                "sequential-vs-batched", "engines", "server-generate",
