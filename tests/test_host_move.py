@@ -197,3 +197,9 @@ def test_the_confirmation_line_says_what_the_move_cleared():
     assert "stored over paired ratios of 6 benchmarks" in text
     assert "it explains the stored move of 6 of the 6 candidates no pair decided" in text
     assert "its budget did not reach are not confirmed" not in text
+
+
+def test_a_move_with_nothing_left_to_judge_is_not_mentioned():
+    _, result = _confirmed(host=1.3, code={}, reach=12)
+    assert result.confirmation.host_move.judged == {}
+    assert "the machine moved" not in render_text(result)

@@ -227,7 +227,7 @@ def code_lines(result: GateResult) -> list[str]:
 def _move_words(moved: HostMove | None) -> str:
     """The machine's move the pairs measured (`gate.host_move`), for the confirmation's
     line."""
-    if moved is None:
+    if moved is None or not moved.judged:  # nothing left for it to decide
         return ""
     scatter = (f", its readings scattering x{math.sqrt(moved.scale):.1f} wider than their "
                "noise" if moved.scale > 1 else "")
