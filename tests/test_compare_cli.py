@@ -237,3 +237,23 @@ def test_tiny_speedup_is_never_a_regression(capsys, runs):
     verdicts = _json_verdicts(out)
     assert verdicts["test_decode_steps[ctx=16]"] == "inconclusive"  # faster, not proven
     assert not {"regression", "not confirmed"} & set(verdicts.values())
+
+
+def test_a_saved_run_is_judged_against_the_noise_known_when_it_was_made(capsys, tmp_path):
+    """Runs saved after the candidate do not change its verdict: without them the noise
+    between runs was not measured, and a slowdown stays not confirmed, as the suite said."""
+    folder = tmp_path / "runs"
+    base = write_run(folder / "0001_a.json", make_run(1))
+    slow = make_run(2, factors={"test_prefill[in=32]": 1.5})
+    slow["datetime"] = "2026-01-02T00:00:00+00:00"
+    cand = write_run(folder / "0002_b.json", slow)
+    for i, data in enumerate(quiet_history_json(), start=3):
+        data["datetime"] = "2026-01-03T00:00:00+00:00"  # made after the candidate
+        write_run(folder / f"000{i}_quiet.json", data)
+    code, out, _ = compare(capsys, str(base), str(cand))
+    assert code == Exit.NOT_CONFIRMED
+    assert "noise between runs: not measured yet" in out
+    later = make_run(2, factors={"test_prefill[in=32]": 1.5})
+    later["datetime"] = "2026-01-04T00:00:00+00:00"
+    code, out, _ = compare(capsys, str(base), str(write_run(folder / "0007_c.json", later)))
+    assert code == Exit.REGRESSION

@@ -12,6 +12,7 @@ and `llmbench report --baseline latest` alike.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -259,11 +260,26 @@ def environment_runs(folder: str | os.PathLike, environment: Mapping | None,
 def saved_history(baseline: Run, candidate: Run | None = None) -> list[Run]:
     """The saved runs of a baseline's environment in its folder, where a stored comparison
     learns the noise between runs; [] for a run that was never saved. The candidate is left
-    out: it is what is being judged (and was not saved yet when the suite judged it)."""
+    out: it is what is being judged (and was not saved yet when the suite judged it). So are
+    runs made after it: a saved run is judged later (`llmbench compare`, `report`) against
+    the noise the suite knew when it judged it, so both give the same verdicts."""
     if baseline.path is None:
         return []
     exclude = [candidate.path] if candidate is not None and candidate.path else []
-    return environment_runs(baseline.path.parent, baseline.environment, exclude=exclude)
+    found = environment_runs(baseline.path.parent, baseline.environment, exclude=exclude)
+    made = _moment(candidate.datetime) if candidate is not None else None
+    if made is None:
+        return found
+    return [run for run in found if (when := _moment(run.datetime)) is None or when <= made]
+
+
+def _moment(stamp: str | None) -> datetime.datetime | None:
+    """A run's pytest-benchmark datetime as an aware moment; None if it has none readable."""
+    try:
+        moment = datetime.datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
 
 
 def latest_comparable(folder: str | os.PathLike, environment: Mapping | None,
