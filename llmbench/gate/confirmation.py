@@ -71,9 +71,10 @@ class Family:
 def _cleared(data) -> Cleared | None:
     """One judged candidate as saved; None where the entry is damaged (it clears nothing)."""
     try:
-        return Cleared(float(data["ratio"]), float(data["ci_low"]), float(data["ci_high"]),
-                       data["not_slower"] is True)
-    except (KeyError, TypeError, ValueError):
+        values = [float(data[k]) for k in ("ratio", "ci_low", "ci_high")]
+        move = float(data.get("move", math.nan))
+        return Cleared(*values, data["not_slower"] is True, move)
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
@@ -82,8 +83,8 @@ class HostMove:
     """The machine's move between the two runs as the A/B's pairs measured it, and the
     candidates they did not decide judged on their stored ratios over it (`gate.host_move`)."""
 
-    ratio: float  # the move: stored over paired, weighted over the readings
-    scale: float  # Birge's ratio of the readings' scatter (>= 1)
+    ratio: float  # the move: stored over paired, a random-effects mean over the readings
+    tau: float  # the readings' scatter beyond their noise, as an SD in log units (>= 0)
     readings: tuple[str, ...]  # the paired candidates it was measured on
     judged: Mapping[str, Cleared]  # undecided candidates, their ratio over the move
 
@@ -92,16 +93,22 @@ class HostMove:
         return tuple(name for name, c in self.judged.items() if c.not_slower)
 
     def to_json(self) -> dict:
-        return {"ratio": self.ratio, "scale": self.scale, "readings": list(self.readings),
+        return {"ratio": self.ratio, "tau": self.tau, "readings": list(self.readings),
                 "judged": {name: dataclasses.asdict(c) for name, c in self.judged.items()}}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> HostMove:
-        judged = data.get("judged") if isinstance(data.get("judged"), Mapping) else {}
-        return cls(float(data.get("ratio") or 1.0), float(data.get("scale") or 1.0),
-                   tuple(data.get("readings") or ()),
-                   {str(name): cleared for name, c in judged.items()
-                    if (cleared := _cleared(c)) is not None})
+    def from_json(cls, data: Mapping) -> HostMove | None:
+        """The saved move; None where it is damaged (then it clears nothing)."""
+        try:
+            judged = data.get("judged") if isinstance(data.get("judged"), Mapping) else {}
+            readings = data.get("readings") or ()
+            if isinstance(readings, str) or not all(isinstance(r, str) for r in readings):
+                return None
+            return cls(float(data["ratio"]), float(data.get("tau") or 0.0), tuple(readings),
+                       {str(name): cleared for name, c in judged.items()
+                        if (cleared := _cleared(c)) is not None})
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 @dataclass(frozen=True)

@@ -166,29 +166,40 @@ def _moderate_all(own: Mapping[str, tuple[float, int]], observations: int
     return spreads, d0
 
 
+# A run's shared move is a median over its other benchmarks: a run of fewer (a `-k` subset)
+# cannot tell a benchmark's own noise from the run's.
+MIN_SHARED = 8
+
+
 def _residual_spreads(cells: Mapping[tuple, Mapping[int, float]]) -> dict[str, tuple[float, int]]:
     """(sd, df) of each benchmark's log medians once each run's shared move is removed.
-    `cells`: (benchmark, group, shape) -> {run: log median}. A run's shared move is the
-    median, over its benchmarks, of their deviations from their cell's mean; what is left
-    is the benchmark's own. A cell of n runs gives n - 1 df, as in `pooled_spread` (the
-    shared move, a median over dozens of benchmarks, costs each of them a small fraction of
-    one)."""
+    `cells`: (benchmark, group, shape) -> {run: log median}. A benchmark's share of a run's
+    move is the median, over the run's other benchmarks, of their deviations from their
+    cell's mean (the benchmark itself left out, so its own noise does not shrink its
+    residual); what is left is its own. Runs with fewer than MIN_SHARED benchmarks are left
+    out. A cell of n runs gives n - 1 df, as in `pooled_spread`."""
+    sizes: dict[int, int] = {}
+    for by_run in cells.values():
+        for run in by_run:
+            sizes[run] = sizes.get(run, 0) + 1
     deviations: dict[tuple, dict[int, float]] = {}
     for cell, by_run in cells.items():
-        if len(by_run) >= 2:
-            mean = sum(by_run.values()) / len(by_run)
-            deviations[cell] = {run: v - mean for run, v in by_run.items()}
-    per_run: dict[int, list[float]] = {}
-    for by_run in deviations.values():
+        kept = {run: v for run, v in by_run.items() if sizes[run] >= MIN_SHARED}
+        if len(kept) >= 2:
+            mean = sum(kept.values()) / len(kept)
+            deviations[cell] = {run: v - mean for run, v in kept.items()}
+    per_run: dict[int, list[tuple[tuple, float]]] = {}
+    for cell, by_run in deviations.items():
         for run, v in by_run.items():
-            per_run.setdefault(run, []).append(v)
-    shared = {run: float(np.median(values)) for run, values in per_run.items()}
+            per_run.setdefault(run, []).append((cell, v))
     sums: dict[str, list[float]] = {}
-    for (key, *_), by_run in deviations.items():
-        total = sums.setdefault(key, [0.0, 0])
-        total[0] += sum((v - shared[run]) ** 2 for run, v in by_run.items())
+    for cell, by_run in deviations.items():
+        total = sums.setdefault(cell[0], [0.0, 0])
+        for run, v in by_run.items():
+            others = [d for other, d in per_run[run] if other != cell]
+            total[0] += (v - float(np.median(others))) ** 2 if others else 0.0
         total[1] += len(by_run) - 1
-    return {key: (math.sqrt(ss / df), int(df)) for key, (ss, df) in sums.items()}
+    return {key: (math.sqrt(ss / df), int(df)) for key, (ss, df) in sums.items() if df > 0}
 
 
 def estimate_noise(history: Sequence[Run]) -> NoiseEstimate:

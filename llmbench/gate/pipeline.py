@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -205,11 +206,12 @@ def _moved(result: GateResult, asked: Request, pairing: Mapping | None,
            judged: Mapping[str, Comparison]) -> HostMove | None:
     """The machine's move between the two runs, read from the candidates the A/B paired, and
     every candidate it did not decide (left out, or paired without a verdict) judged on its
-    stored ratio over that move (`gate.host_move`). A paired candidate's own reading is left
-    out of the move it is judged against, so its pairs do not judge it twice. None without
-    the residual noise between runs or enough readings."""
+    stored ratio over that move (`gate.host_move`); one with pairs of its own is judged on
+    them too, against a move read without it, so its pairs are neither ignored nor counted
+    twice. None without the residual noise between runs or enough readings."""
     residuals = result.noise.residuals if result.noise is not None else {}
-    stored_ratios = {c.name: c.ratio for c in result.comparisons}
+    stored_ratios = {c.name: c.ratio for c in result.comparisons
+                     if math.isfinite(c.ratio) and c.ratio > 0}
     thresholds = {c.name: c.threshold for c in result.comparisons}
     readings = {}
     for record in (pairing or {}).get("benchmarks", ()):
@@ -227,12 +229,18 @@ def _moved(result: GateResult, asked: Request, pairing: Mapping | None,
                  and (name not in judged or judged[name].verdict is Verdict.INCONCLUSIVE)]
     cleared = {}
     for name in open_keys:
-        against = move if name not in readings else host_move.measure(
+        own = readings.get(name)
+        against = move if own is None else host_move.measure(
             [r for other, r in readings.items() if other != name])
-        if against is not None:
-            cleared[name] = host_move.clear(stored_ratios[name], residuals[name], against,
-                                            thresholds[name], asked.clearing_alpha)
-    return HostMove(move.ratio, move.scale, move.readings, cleared)
+        if against is None:
+            continue
+        found = host_move.clear(
+            stored_ratios[name], residuals[name], against, thresholds[name],
+            asked.clearing_alpha,
+            paired=None if own is None else (own.paired, own.paired_variance))
+        if found is not None:
+            cleared[name] = found
+    return HostMove(move.ratio, math.sqrt(move.tau2), move.readings, cleared)
 
 
 def conclude(result: GateResult, asked: Request, paired: GateResult, seconds: float

@@ -229,12 +229,12 @@ def _move_words(moved: HostMove | None) -> str:
     line."""
     if moved is None or not moved.judged:  # nothing left for it to decide
         return ""
-    scatter = (f", its readings scattering x{math.sqrt(moved.scale):.1f} wider than their "
-               "noise" if moved.scale > 1 else "")
+    scatter = (f", its readings scattering x{math.exp(moved.tau):.3f} beyond their noise"
+               if moved.tau > 0 else "")
     return (f"; the machine moved x{moved.ratio:.3f} between the runs (stored over paired "
-            f"ratios of {len(moved.readings)} benchmarks{scatter}): it explains the stored "
-            f"move of {len(moved.cleared)} of the {len(moved.judged)} candidates no pair "
-            "decided, which are not slower")
+            f"ratios of {len(moved.readings)} benchmarks{scatter}): over it, "
+            f"{len(moved.cleared)} of the {len(moved.judged)} candidates no pair decided are "
+            "not slower")
 
 
 def _family_words(together: Family | None) -> str:

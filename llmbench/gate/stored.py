@@ -30,6 +30,7 @@ machine's (`GateResult.same_code`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 
 from llmbench.gate.confirmation import Confirmation, HostMove
@@ -232,20 +233,23 @@ def _cleared_by_the_move(comparisons: Sequence[Comparison], moved: HostMove | No
                          ) -> tuple[Comparison, ...]:
     """The candidates no pair decided (not confirmed, inconclusive) that their stored ratio
     over the machine's move, as the A/B's pairs measured it, clears (`gate.host_move`): not
-    slower. Nothing else changes: the move never names a regression."""
+    slower. Nothing else changes: the move never names a regression. A saved interval is
+    checked against the threshold again, so a damaged or edited file clears nothing."""
     if moved is None:
         return tuple(comparisons)
     out = []
     for c in comparisons:
         judged = moved.judged.get(c.name)
-        if judged is not None and judged.not_slower and c.verdict in (
-                Verdict.NOT_CONFIRMED, Verdict.INCONCLUSIVE):
+        if judged is not None and judged.not_slower and math.isfinite(judged.ci_high) \
+                and judged.ci_high < 1 + c.threshold and c.verdict in (
+                    Verdict.NOT_CONFIRMED, Verdict.INCONCLUSIVE):
+            against = judged.move if math.isfinite(judged.move) else moved.ratio
             c = dataclasses.replace(
                 c, verdict=Verdict.NOT_SLOWER, rounds_needed=None,
-                reason=f"not slower beyond +{c.threshold:.0%}: stored x{c.ratio:.3f} is the "
-                       f"machine's move x{moved.ratio:.3f}, measured by the paired A/B on "
-                       f"{len(moved.readings)} benchmarks, times x{judged.ratio:.3f} "
-                       f"[{judged.ci_low:.3f}, {judged.ci_high:.3f}] against this "
-                       f"benchmark's own noise between runs")
+                reason=f"not slower beyond +{c.threshold:.0%}: stored x{c.ratio:.3f} over the "
+                       f"machine's move x{against:.3f} (measured by the paired A/B on "
+                       f"other benchmarks) is x{judged.ratio:.3f} [{judged.ci_low:.3f}, "
+                       f"{judged.ci_high:.3f}] against this benchmark's own noise between "
+                       "runs")
         out.append(c)
     return tuple(out)
