@@ -139,25 +139,32 @@ def work_reference(session: nox.Session) -> None:
                 *session.posargs)
 
 
-def _compare_to(posargs: list[str]) -> str:
-    """The run `--compare-to` names in the session's arguments (the last one given, as pytest
-    takes it), else `latest`."""
-    chosen = "latest"
+def _option(posargs: list[str], name: str, default: str | None = None) -> str | None:
+    """The value an option of the session's arguments names (the last one given, as pytest
+    takes it), else `default`."""
+    chosen = default
     for i, arg in enumerate(posargs):
-        if arg.startswith("--compare-to="):
+        if arg.startswith(f"{name}="):
             chosen = arg.split("=", 1)[1]
-        elif arg == "--compare-to" and i + 1 < len(posargs):
+        elif arg == name and i + 1 < len(posargs):
             chosen = posargs[i + 1]
     return chosen
 
 
-def _write_report(session: nox.Session, run: Path) -> None:
-    """report.md and plots for `run`, against the run the gate judged it against: the one
-    `-- --compare-to=...` names, else the latest run of its environment (`llmbench report
-    --baseline latest`: the gate's own definition, so a run from another machine is never
-    the baseline)."""
-    session.run("llmbench", "report", str(run), "--baseline", _compare_to(session.posargs),
-                "-o", str(Path("reports") / run.parent.name / run.stem))
+def _write_report(session: nox.Session, run: str) -> None:
+    """report.md and plots for `run` (a file, or a database store's URL#ENVIRONMENT/NNNN),
+    against the run the gate judged it against: the one `-- --compare-to=...` names, else
+    the latest run of its environment (`llmbench report --baseline latest`: the gate's own
+    definition, so a run from another machine is never the baseline)."""
+    if "#" in run:
+        environment, number = run.rsplit("#", 1)[1].split("/", 1)
+        out = Path("reports") / environment / number
+    else:
+        out = Path("reports") / Path(run).parent.name / Path(run).stem
+    store = _option(session.posargs, "--store")
+    session.run("llmbench", "report", run, "--baseline",
+                _option(session.posargs, "--compare-to", "latest"), "-o", str(out),
+                *(["--store", store] if store else []))
 
 
 def _bench(session: nox.Session, device: str) -> None:
@@ -178,7 +185,7 @@ def _bench(session: nox.Session, device: str) -> None:
     except CommandFailed as exc:
         failure = exc  # still report what was measured
     if saved_note.exists():
-        _write_report(session, Path(saved_note.read_text(encoding="utf-8").strip()))
+        _write_report(session, saved_note.read_text(encoding="utf-8").strip())
     if failure is not None:
         what = ("has slower benchmarks it could not confirm"
                 if failure.return_code == Exit.NOT_CONFIRMED else "failed or regressed")

@@ -69,14 +69,25 @@ def _arguments_table(actions: list[argparse.Action], prog: str) -> list[str]:
     return rows
 
 
+def subcommands(parser: argparse.ArgumentParser, prefix: str = ""
+                ) -> dict[str, argparse.ArgumentParser]:
+    """Every subcommand under `parser`, nested ones too (`store push`), by their words."""
+    found = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, command in action.choices.items():
+                words = f"{prefix}{name}"
+                found[words] = command
+                found.update(subcommands(command, f"{words} "))
+    return found
+
+
 def cli_reference() -> str:
     """Every `llmbench` subcommand: its usage, description, arguments and docs page."""
     from llmbench.cli import build_parser
 
-    parser = build_parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     lines = []
-    for name, command in sub.choices.items():
+    for name, command in subcommands(build_parser()).items():
         usage = command.format_usage().removeprefix("usage: ").strip()
         lines += [f"## `llmbench {name}`", "", "```text", usage, "```", "",
                   _cell(command.description or ""), ""]

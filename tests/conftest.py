@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 
 import pairing_clock
+import postgres
 import pytest
 import torch
 
@@ -117,3 +118,16 @@ def any_lm(request) -> LoadedModel:
 def clock(monkeypatch):
     """The pairing coordinator's clock, faked (`pairing_clock`)."""
     return pairing_clock.install(monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> postgres.Server:
+    """A PostgreSQL server of this worker's own (`postgres`), for the database store's tests;
+    skipped where none can start, unless $LLMBENCH_REQUIRE_POSTGRES (CI) makes that a
+    failure."""
+    why = postgres.missing()
+    if why is not None:
+        if os.environ.get(postgres.REQUIRE_ENV):
+            pytest.fail(f"{postgres.REQUIRE_ENV} is set: {why}")
+        pytest.skip(why)
+    return postgres.server()

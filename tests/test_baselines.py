@@ -134,12 +134,19 @@ def test_rounds_taken_in_passes_are_another_measurement_than_back_to_back_rounds
     assert runs.environment_differences(before, {**before, "passes": 1}) == []
 
 
+def latest(folder: Path, environment, exclude=()) -> Path:
+    """The latest comparable run of an environment folder, as a path."""
+    store = runs.FolderStore(folder.parent)
+    refs = [runs.load_run(p).origin for p in exclude]
+    return runs.latest_comparable(store, folder.name, environment, exclude=refs).path
+
+
 def test_the_baseline_is_the_newest_run_taken_in_as_many_passes(tmp_path):
     one_pass = write_run(tmp_path / "0001_a.json", make_run(1))
     write_run(tmp_path / "0002_b.json", make_run(2, environment={**ENVIRONMENT, "passes": 10}))
-    assert runs.latest_comparable(tmp_path, ENVIRONMENT) == one_pass
+    assert latest(tmp_path, ENVIRONMENT) == one_pass
     with pytest.raises(NoBaseline, match=r"0002_b.json, differs: passes 10 vs 5\)$"):
-        runs.latest_comparable(tmp_path, {**ENVIRONMENT, "passes": 5})
+        latest(tmp_path, {**ENVIRONMENT, "passes": 5})
 
 
 def test_fingerprint_difference_lists_its_keys_and_versions_are_allowed():
@@ -167,30 +174,31 @@ def test_latest_run_is_the_newest_of_the_same_environment(tmp_path):
     write_run(tmp_path / "0003_c.json", make_run(3, environment=env4))
     (tmp_path / "0004_broken.json").write_text("{")
     assert runs.latest_run(tmp_path).name == "0004_broken.json"
-    assert runs.latest_run(tmp_path, environment=ENVIRONMENT).name == "0002_b.json"
-    assert runs.latest_run(tmp_path, environment=env4).name == "0003_c.json"
-    excluded = runs.latest_run(tmp_path, environment=ENVIRONMENT,
-                                    exclude=[tmp_path / "0002_b.json"])
+    with pytest.warns(runs.DamagedRunSkipped, match="0004_broken.json"):
+        assert latest(tmp_path, ENVIRONMENT).name == "0002_b.json"
+        assert latest(tmp_path, env4).name == "0003_c.json"
+        excluded = latest(tmp_path, ENVIRONMENT, exclude=[tmp_path / "0002_b.json"])
     assert excluded.name == "0001_a.json"
     assert runs.latest_run(tmp_path / "absent") is None
-    assert runs.latest_run(tmp_path, environment={**ENVIRONMENT, "dtype": "x"}) is None
+    with pytest.warns(runs.DamagedRunSkipped), pytest.raises(NoBaseline):
+        latest(tmp_path, {**ENVIRONMENT, "dtype": "x"})
 
 
 def test_latest_comparable_never_takes_another_machines_run_and_says_why(tmp_path):
     with pytest.raises(NoBaseline) as none:
-        runs.latest_comparable(tmp_path, ENVIRONMENT)
+        latest(tmp_path, ENVIRONMENT)
     assert str(none.value) == f"{tmp_path} holds no other run"
     mine = write_run(tmp_path / "0001_a.json", make_run(1))
     other_cpu = {**ENVIRONMENT, "device_name": "Another CPU"}
     write_run(tmp_path / "0002_b.json", make_run(2, environment=other_cpu))
-    assert runs.latest_comparable(tmp_path, ENVIRONMENT) == mine
+    assert latest(tmp_path, ENVIRONMENT) == mine
     with pytest.raises(NoBaseline) as excluded:
-        runs.latest_comparable(tmp_path, ENVIRONMENT, exclude=[mine])
-    assert str(excluded.value) == (f"{tmp_path} holds 1 other run, none of this environment "
-                                   "(the newest, 0002_b.json, differs: device_name "
+        latest(tmp_path, ENVIRONMENT, exclude=[mine])
+    assert str(excluded.value) == (f"{tmp_path} holds 1 other run, none of this environment and "
+                                   "testbed (the newest, 0002_b.json, differs: device_name "
                                    "'Another CPU' vs 'Test CPU')")
     with pytest.raises(NoBaseline, match="no llmbench environment record"):
-        runs.latest_comparable(tmp_path, None)
+        latest(tmp_path, None)
 
 
 def test_save_numbered_never_overwrites(tmp_path):

@@ -397,3 +397,39 @@ def test_the_index_shows_each_benchmarks_spread_between_runs_of_one_code(history
     assert "<th>between runs</th>" in index
     cells = re.findall(r'title="spread of one code\'s runs[^"]*">([^<]*)</td>', index)
     assert cells and all(re.fullmatch(r"\d+\.\d% \(\d+ A/A\)", c) for c in cells), cells
+
+
+XEON = {"cpu_model": "Intel Xeon", "logical_cpus": 2, "memory_gib": 24, "gpu_name": None,
+        "gpu_count": 0, "gpu_driver": None, "cuda": None, "mps": False}
+
+
+def test_one_benchmark_across_testbeds_gets_a_page_with_a_line_for_each(tmp_path, monkeypatch):
+    """Two CPU models in one environment folder's runs (the team counts them apart by
+    default), and a bfloat16 environment: each benchmark's page across testbeds has three
+    lines, fastest first, and the index links it."""
+    monkeypatch.delenv("LLMBENCH_TESTBED_FIELDS", raising=False)
+    folder = tmp_path / "b" / ENV
+    for i in range(1, 5):
+        run = make_run(i, factors={"decode": 2.0} if i % 2 else {})
+        run["datetime"] = f"2026-01-{i:02d}T10:00:00+00:00"
+        run["llmbench"]["testbed"] = {**XEON, "cpu_model": "AMD EPYC" if i % 2 else "Intel Xeon"}
+        write_run(folder / f"{i:04d}_run.json", run)
+    other = make_run(9, environment={**json.loads(json.dumps(
+        make_run(0)["llmbench"]["environment"])), "dtype": "bfloat16"})
+    write_run(tmp_path / "b" / "tiny-cpu-bfloat16" / "0001_run.json", other)
+    record = build_site(tmp_path / "b", tmp_path / "site")
+    assert "test_decode_steps[ctx=16]" in record["across"]
+    page = tmp_path / "site" / "across" / "test_decode_steps-ctx-16.html"
+    text, links = read_page(page)
+    assert "AMD EPYC, 2 CPUs, 24 GiB" in text and "Intel Xeon, 2 CPUs, 24 GiB" in text
+    assert "unknown testbed (saved before testbeds were recorded)" in text
+    rows = re.findall(r"<tr><td>.*?</tr>", page.read_text(encoding="utf-8"), flags=re.S)
+    assert len(rows) == 3 and "AMD EPYC" in rows[-1]  # decode twice as slow there: last
+    assert 1.9 < float(re.findall(r"x(\d+\.\d+)", rows[-1])[-1]) < 2.1
+    assert (page.parent / "test_decode_steps-ctx-16.svg").is_file()
+    index, index_links = read_page(tmp_path / "site" / "index.html")
+    assert "Across testbeds" in index
+    assert "across/test_decode_steps-ctx-16.html" in index_links
+    monkeypatch.setenv("LLMBENCH_TESTBED_FIELDS", "logical_cpus")  # one pool of 2-CPU VMs
+    build_site(tmp_path / "b", tmp_path / "site")
+    assert len(re.findall(r"<tr><td>", page.read_text(encoding="utf-8"))) == 2

@@ -9,6 +9,7 @@ import json
 import multiprocessing
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -110,16 +111,15 @@ def test_a_save_that_fails_after_the_benchmarks_keeps_the_run_and_says_where(sui
     out = proc.stdout + proc.stderr
     assert proc.returncode == USAGE_ERROR, out[-3000:]
     found = re.search(r"llmbench: could not save the run in (\S+) \((.+?)\); it is kept in "
-                      r"(\S+): move it into \S+ once that folder can be written \(with the "
-                      r"next free number there if 0001 is taken by then\)", out)
+                      r"(\S+): `llmbench store push (\S+) --to (\S+)` saves it there once "
+                      r"the store can be written", out)
     assert found, out[-3000:]
-    kept = Path(found.group(3))
-    assert runs.run_number(kept) == 1  # named as the folder names its runs: moved, it is one
+    kept, rescue = Path(found.group(3)), Path(found.group(4))
+    assert found.group(5) == str(target) and kept.parent.parent == rescue
     saved = runs.load_run(kept)
     assert SELECTION[0].split("::")[1] in {b.name for b in saved.benchmarks.values()}
     assert target.read_text() == "now a file"
-    kept.unlink()
-    kept.parent.rmdir()
+    shutil.rmtree(rescue)
 
 
 # -- damaged runs are named and left out ---------------------------------------------------
@@ -178,15 +178,17 @@ def test_latest_goes_past_a_damaged_run_and_names_it(tmp_path):
     folder, damaged = _folder_with_a_damaged_newest(tmp_path)
     environment = runs.load_run(folder / "0001_a.json").environment
     with pytest.warns(runs.DamagedRunSkipped, match=re.escape(str(damaged))):
-        found = runs.latest_comparable(folder, environment)
-    assert found.name == "0002_b.json"
+        found = runs.latest_comparable(runs.FolderStore(folder.parent), folder.name,
+                                       environment)
+    assert found.path.name == "0002_b.json"
 
 
 def test_the_noise_history_names_what_it_leaves_out(tmp_path):
     folder, damaged = _folder_with_a_damaged_newest(tmp_path)
     environment = runs.load_run(folder / "0001_a.json").environment
     with pytest.warns(runs.DamagedRunSkipped, match=re.escape(str(damaged))):
-        found = runs.environment_runs(folder, environment)
+        found = runs.environment_runs(runs.FolderStore(folder.parent), folder.name,
+                                      environment)
     assert len(found) == 2
 
 

@@ -70,8 +70,8 @@ def test_a_first_run_beside_another_machines_run_succeeds_then_a_slowdown_fails(
     (no_baseline,) = [line for line in first.output.splitlines()
                       if line.startswith("no baseline: ")]
     assert no_baseline.startswith(f"no baseline: {other.parent} holds 1 other run, none of "
-                                  f"this environment (the newest, {other.name}, differs: "
-                                  f"device_name {OTHER_CPU!r} vs ")
+                                  f"this environment and testbed (the newest, {other.name}, "
+                                  f"differs: device_name {OTHER_CPU!r} vs ")
     assert no_baseline.endswith("); the report has no comparison")
     (report,) = _reports(suite)
     assert report.parent.name.startswith("0002_")

@@ -30,7 +30,12 @@ def noxfile():
 ])
 def test_the_report_is_drawn_against_the_run_the_gate_judged_against(noxfile, posargs,
                                                                      baseline):
-    assert noxfile._compare_to(posargs) == baseline
+    assert noxfile._option(posargs, "--compare-to", "latest") == baseline
+
+
+def test_the_report_reads_the_store_the_run_was_saved_in(noxfile):
+    assert noxfile._option(["--store=sqlite:///r.db", "-k", "x"], "--store") == "sqlite:///r.db"
+    assert noxfile._option(["-k", "x"], "--store") is None
 
 
 def test_the_history_sessions_minimum_is_the_historys(noxfile):

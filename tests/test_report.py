@@ -303,8 +303,8 @@ def test_an_unmeasured_ttft_shows_as_unknown(tmp_path):
 
 @pytest.mark.parametrize("others, why", [
     (0, "holds no other run"),
-    (1, "holds 1 other run, none of this environment (the newest, 0001_x.json, differs: "
-        "device_name 'Another CPU' vs 'Test CPU')"),
+    (1, "holds 1 other run, none of this environment and testbed (the newest, 0001_x.json, "
+        "differs: device_name 'Another CPU' vs 'Test CPU')"),
 ])
 def test_baseline_latest_without_one_writes_the_report_and_says_so(tmp_path, capsys, others,
                                                                    why):

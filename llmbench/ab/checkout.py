@@ -20,7 +20,7 @@ from llmbench.engine.allocator import steady_malloc_env
 from llmbench.errors import UserError
 
 # Options llmbench ab sets itself for every block; passing them through would break pooling.
-RESERVED_OPTIONS = ("--baseline-dir", "--no-save", "--rounds", "--compare-to",
+RESERVED_OPTIONS = ("--baseline-dir", "--store", "--no-save", "--rounds", "--compare-to",
                     "--benchmark-disable", "-n", "--numprocesses")
 
 

@@ -90,9 +90,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--server-api", default="native", type=one_of(*SERVER_APIS),
                     metavar="API", help=f"one of {', '.join(SERVER_APIS)}. "
                                         "Default: %(default)r")
-    group.addoption("--baseline-dir", default=runs.BASELINES_DIR, metavar="DIR",
-                    help="where runs are saved, one folder per environment. "
-                         "Default: %(default)r")
+    group.addoption("--store", default=None, metavar="PATH|URL", help=runs.STORE_HELP)
+    group.addoption("--baseline-dir", default=None, metavar="DIR",
+                    help="where runs are saved, one folder per environment: --store for a "
+                         "folder. Default: --store's")
     group.addoption("--no-save", action="store_true", default=False,
                     help="do not save this run. Default: %(default)r")
     group.addoption("--saved-path-file", default=None, metavar="FILE",
@@ -118,6 +119,9 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
     if opt("server_api") != "native" and not opt("server_url"):
         raise pytest.UsageError("--server-api applies to an external server: pass --server-url "
                                 "too, or drop --server-api")
+    if opt("store") and opt("baseline_dir"):
+        raise pytest.UsageError("--store and --baseline-dir both say where runs are saved: "
+                                "pass one")
     saved_path_file = opt("saved_path_file")
     if saved_path_file and not Path(saved_path_file).parent.is_dir():
         raise pytest.UsageError(f"--saved-path-file {saved_path_file}: its folder does not "
@@ -133,7 +137,8 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
         shuffle_seed=opt("shuffle_seed"), disturbed_share=opt("disturbed_share"),
         server_url=opt("server_url"),
         server_api=opt("server_api"), save=not opt("no_save"),
-        baseline_dir=opt("baseline_dir"), saved_path_file=saved_path_file,
+        store=runs.store_location(opt("store") or opt("baseline_dir")),
+        saved_path_file=saved_path_file,
     )
 
 
@@ -167,22 +172,34 @@ def _refuse_parallel_benchmarks(config: pytest.Config) -> None:
 
 def _refuse_unwritable_store(config: pytest.Config, settings: BenchSettings) -> None:
     """A run that cannot be saved is refused before its first benchmark, not lost after
-    the last one (the controller checks; a session that times nothing saves nothing)."""
+    the last one (the controller checks; a session that times nothing saves nothing). A
+    database store is reached, and its schema brought to this llmbench's, here."""
     if (not settings.save or hasattr(config, "workerinput")
             or config.getoption("collectonly") or config.getoption("benchmark_disable")
             or config.getoption("benchmark_skip")):
         return
+    flag = "--baseline-dir" if config.getoption("baseline_dir") else "--store"
     try:
-        runs.check_writable(settings.run_folder)
+        runs.open_store(settings.store).check_writable(settings.environment_key)
     except UserError as exc:
-        raise pytest.UsageError(f"--baseline-dir: {exc}; fix it, pass another --baseline-dir, "
-                                "or --no-save") from None
+        raise pytest.UsageError(f"{flag}: {exc}; fix it, pass another {flag}, or "
+                                "--no-save") from None
+
+
+def _refuse_bad_testbed_fields() -> None:
+    """`$LLMBENCH_TESTBED_FIELDS` names fields a run records (`runs.testbed`), or the run
+    is refused before it measures anything."""
+    try:
+        runs.testbed.chosen_fields()
+    except UserError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Validate the options once, before any fixture or benchmark sees them."""
     _refuse_parallel_benchmarks(config)
+    _refuse_bad_testbed_fields()
     settings = _settings_from(config)
     _refuse_unwritable_store(config, settings)
     config.stash[SETTINGS_KEY] = settings

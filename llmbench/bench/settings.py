@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -29,7 +28,7 @@ class BenchSettings:
     server_url: str | None = None
     server_api: str = "native"
     save: bool = True
-    baseline_dir: str = "baselines"
+    store: str = "baselines"  # where runs are saved and `latest` looks: a folder or a URL
     saved_path_file: str | None = None  # where to tell a script which run was saved
 
     def __post_init__(self) -> None:
@@ -37,10 +36,9 @@ class BenchSettings:
         assert self.server_api in ("native", "openai")
 
     @property
-    def run_folder(self) -> Path:
-        """Where this environment's runs are saved, and where `latest` looks."""
-        return Path(self.baseline_dir) / environment_key(self.engine.model, self.device,
-                                                         self.dtype, self.engine.variant)
+    def environment_key(self) -> str:
+        """This environment's runs in the store: its folder's name in a folder store."""
+        return environment_key(self.engine.model, self.device, self.dtype, self.engine.variant)
 
 
 # Where pytest_configure leaves the validated settings for fixtures and hooks to read.

@@ -25,6 +25,7 @@ from llmbench.cli import (
     profile,
     report,
     server,
+    store,
 )
 from llmbench.errors import Exit, UserError
 from llmbench.runs import DamagedRunSkipped
@@ -55,6 +56,7 @@ DOCS_PAGES = {
     "agreement": "engines.md", "profile": "engines.md", "report": "reports.md",
     "compare": "verdicts.md", "ab": "ab.md", "history": "history.md", "dashboard": "dashboard.md",
     "serve": "server.md", "load": "server.md", "doctor": "stability.md",
+    "store": "stores.md",
 }
 
 
@@ -70,13 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"llmbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for command in (generate, agreement, profile, report, compare, ab, history, dashboard,
-                    server, doctor):
+                    server, doctor, store):
         command.register(sub)
     for name, command_parser in sub.choices.items():
         epilog = _docs_epilog(DOCS_PAGES[name])  # KeyError: a new command needs its page
-        command_parser.epilog = (f"{command_parser.epilog}\n\n{epilog}"
-                                 if command_parser.epilog else epilog)
+        # A command's own subcommands (`store push`) are explained on its page too.
+        for nested in [command_parser, *_subparsers(command_parser)]:
+            nested.epilog = f"{nested.epilog}\n\n{epilog}" if nested.epilog else epilog
     return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    return [command for action in parser._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for command in action.choices.values()]
 
 
 class _StdoutReaderMayLeave:

@@ -104,3 +104,11 @@ def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
     options.register(parser.add_argument)
     parser.add_argument("--format", choices=FORMATS, default=FORMATS[0],
                         help="Default: %(default)r")
+
+
+def add_store_argument(parser: argparse.ArgumentParser) -> None:
+    """--store PATH|URL, as every command that reads or writes runs spells it (and the
+    suite's pytest option: `llmbench.runs.location.STORE_HELP`)."""
+    from llmbench.runs.location import STORE_HELP
+
+    parser.add_argument("--store", default=None, metavar="PATH|URL", help=STORE_HELP)

@@ -10,15 +10,21 @@ import argparse
 import sys
 from pathlib import Path
 
+from llmbench import runs
+from llmbench.cli.args import add_store_argument
+from llmbench.errors import UserError
 from llmbench.gate import options
-from llmbench.runs import BASELINES_DIR
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from llmbench.dashboard import build_site  # matplotlib and jinja2: only now
 
-    record = build_site(Path(args.baselines), Path(args.output),
-                        ab_folders=[Path(f) for f in args.ab], alpha=args.alpha)
+    if args.baselines is not None and args.store is not None:
+        raise UserError("BASELINES_DIR and --store both name the runs: pass one")
+    source = args.baselines or runs.store_location(args.store)
+    record = build_site(source if runs.is_database_url(source) else Path(source),
+                        Path(args.output), ab_folders=[Path(f) for f in args.ab],
+                        alpha=args.alpha)
     for slug, env in record["environments"].items():
         for problem in env["problems"]:
             print(f"llmbench dashboard: {slug}: {problem}", file=sys.stderr)
@@ -41,9 +47,10 @@ def register(subparsers) -> None:
                     "and history verdict, one page per benchmark with its runs, change "
                     "points and counted work, and a page per kept paired A/B (--ab). "
                     "Unreadable runs are left out and named. Exit 0: written; 2: bad input.")
-    parser.add_argument("baselines", metavar="BASELINES_DIR", nargs="?", default=BASELINES_DIR,
+    parser.add_argument("baselines", metavar="BASELINES_DIR", nargs="?", default=None,
                         help="the folder runs are saved in (one subfolder per environment), "
-                             "or one environment's folder. Default: %(default)s")
+                             "or one environment's folder. Default: --store's")
+    add_store_argument(parser)
     parser.add_argument("-o", "--output", metavar="SITE_DIR", required=True,
                         help="the site's folder: new, empty, or an earlier dashboard (which "
                              "is replaced); open SITE_DIR/index.html")

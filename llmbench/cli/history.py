@@ -11,10 +11,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from llmbench import runs
+from llmbench.cli.args import add_store_argument
 from llmbench.errors import UserError
 from llmbench.gate import options
 from llmbench.gate.render import FORMATS
-from llmbench.runs import BASELINES_DIR
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -22,7 +23,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     if args.force and args.plot_dir is None:
         raise UserError("--force applies with --plot-dir only: add --plot-dir DIR, or drop it")
-    loaded = history.load_history(args.env_dir, pattern=args.pattern)
+    loaded = history.load_history(args.env_dir, pattern=args.pattern,
+                                  store=runs.store_location(args.store))
     result = history.judge_history(loaded, threshold=args.threshold, alpha=args.alpha)
     if args.plot_dir is not None:
         _plot(result, Path(args.plot_dir), force=args.force)
@@ -56,9 +58,12 @@ def register(subparsers) -> None:
                     "each shift, its size and significance), then judge the newest run "
                     "against a prediction interval of its own level. Exit 0: consistent; "
                     "1: the newest run is a regression; 2: bad input.")
-    parser.add_argument("env_dir", metavar="ENV_DIR", nargs="?", default=BASELINES_DIR,
+    parser.add_argument("env_dir", metavar="ENV_DIR", nargs="?", default=None,
                         help="an environment folder of saved runs, or a baselines folder "
-                             "holding one. Default: %(default)s")
+                             "holding one; with a database --store, one of its "
+                             "environments. Default: the store's only environment "
+                             "(baselines, or --store)")
+    add_store_argument(parser)
     parser.add_argument("-k", dest="pattern", metavar="PATTERN", default=None,
                         help="only benchmarks whose name contains PATTERN")
     options.register(parser.add_argument, (options.THRESHOLD, options.ALPHA))

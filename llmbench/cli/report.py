@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from llmbench import runs
+from llmbench.cli.args import add_store_argument
 from llmbench.errors import Exit, UserError
 from llmbench.gate import options, summary_line
 
@@ -22,17 +23,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     if misuse and args.baseline is None:
         raise UserError(misuse)
     gate_options = options.gate_options(vars(args))
+    store = runs.store_location(args.store)
     baseline = args.baseline
     if baseline == runs.LATEST:
         try:
-            baseline = latest_baseline(args.run)
+            baseline = latest_baseline(args.run, store)
         except runs.NoBaseline as exc:
             baseline = None  # a first run is no error: its report simply compares nothing
             print(f"no baseline: {exc}; the report has no comparison")
         else:
             print(f"baseline: {baseline} (the latest run of this environment)")
     result = write_report(args.run, args.out_dir, baseline, force=args.force,
-                          options=gate_options)
+                          options=gate_options, store=store)
     drawn = [o.file for o in result.plots if o.path is not None]
     print(f"wrote {result.markdown} and {len(drawn)} plots: {', '.join(drawn) or 'none'}")
     for outcome in result.plots:
@@ -58,6 +60,7 @@ def register(subparsers) -> None:
                              "plots; 'latest': the newest other run of RUN's environment in "
                              "RUN's folder, if any (a run from another machine never is). "
                              "Default: %(default)r (no comparison)")
+    add_store_argument(parser)
     parser.add_argument("-o", "--output", dest="out_dir", metavar="DIR", required=True,
                         help="folder for report.md and the plots (created if missing)")
     parser.add_argument("--force", action="store_true",

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 
 from llmbench import runs
 from llmbench.errors import UserError
 from llmbench.gate.memory import FIRST_PER_CASE_FORMAT
 from llmbench.gate.work import SIZES, counts_of, size_of
 from llmbench.history import MIN_RUNS, HistoryResult, SeriesResult, judge_history
-from llmbench.history.series import Entry, History, Series, history_of, load_entry
+from llmbench.history.series import Entry, History, Series, entry_of, history_of
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,8 @@ class RunInfo:
     injected: str  # "" or what was slowed, e.g. "decode_step x1.15"
     file: str
     older_format: bool  # saved before peak memory was recorded per case
+    testbed: str = ""  # the machine, as a person names it (`runs.testbed.label`)
+    testbed_id: str = ""  # under the fields chosen now: runs of one id are one kind of machine
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class ChangeEvent:
 
 @dataclass
 class Environment:
-    folder: Path
+    folder: PurePath  # its folder of runs; in a database, its environment key
     slug: str
     title: str = ""
     facts: dict[str, str] = field(default_factory=dict)
@@ -171,20 +173,30 @@ def _memory(bench: runs.Benchmark) -> int | None:
     return int(added)
 
 
-def _read(folder: Path) -> tuple[list[Entry], list[str]]:
-    """Every run of `folder` that can be read, oldest first, and a line for each other."""
+def _read(store: runs.Store, environment_key: str) -> tuple[list[Entry], list[str]]:
+    """Every run of one environment of `store` that can be read, oldest first, and a line
+    for each other."""
     entries, problems = [], []
-    for path in runs.list_runs(folder):
+    refs = store.refs(environment_key)
+    try:
+        loaded: list = store.load_many(refs)  # a database: one query, not one a run
+    except (TypeError, ValueError, KeyError, AttributeError):
+        loaded = [None] * len(refs)  # damage not foreseen in one of them: read each alone
+    for ref, run in zip(refs, loaded, strict=True):
+        name = f"{ref.number:04d}_{ref.label}" + ("" if store.is_database else ".json")
         try:
-            entry = load_entry(path)
+            if isinstance(run, UserError):
+                raise run
+            entry = entry_of(run if run is not None else store.load(ref), ref.number,
+                             ref.address)
         except UserError as exc:
-            problems.append(f"{path.name}: left out: {exc}")
+            problems.append(f"{name}: left out: {exc}")
             continue
         except (TypeError, ValueError, KeyError, AttributeError) as exc:  # damage not foreseen
-            problems.append(f"{path.name}: left out: damaged ({type(exc).__name__}: {exc})")
+            problems.append(f"{name}: left out: damaged ({type(exc).__name__}: {exc})")
             continue
         if entry.run.environment is None:
-            problems.append(f"{path.name}: left out: not an llmbench run (no environment "
+            problems.append(f"{name}: left out: not an llmbench run (no environment "
                             "recorded)")
             continue
         entries.append(entry)
@@ -211,8 +223,11 @@ def _run_info(entry: Entry) -> RunInfo:
     commit = (code.commit[:8] + ("+dirty" if code.dirty else "")) if code.commit else None
     slowed = ", ".join(f"{name} x{1 + factor:g}" for name, factor in code.injected)
     when = entry.run.datetime if isinstance(entry.run.datetime, str) else None
+    bed = entry.run.testbed
     return RunInfo(entry.number, when, commit, slowed, entry.run.source,
-                   entry.run.info.get("format", 1) < FIRST_PER_CASE_FORMAT)
+                   entry.run.info.get("format", 1) < FIRST_PER_CASE_FORMAT,
+                   runs.testbed.label(bed),
+                   runs.testbed.testbed_id(bed, runs.testbed.chosen_fields()) if bed else "")
 
 
 def _benchmarks(env: Environment, kept: list[Entry]) -> None:
@@ -233,7 +248,7 @@ def _benchmarks(env: Environment, kept: list[Entry]) -> None:
         env.benchmarks.append(Benchmark(series, names.take(series.name), result, work, memory))
 
 
-def _environment(folder: Path, slug_: str, kept: list[Entry], alpha: float) -> Environment:
+def _environment(folder: PurePath, slug_: str, kept: list[Entry], alpha: float) -> Environment:
     env = Environment(folder, slug_, title=kept[-1].run.title, facts=_facts(kept[-1].run))
     env.runs = [_run_info(e) for e in kept]
     env.injected = frozenset(e.number for e in kept if runs.injected_slowdowns(e.run))
@@ -249,10 +264,12 @@ def _environment(folder: Path, slug_: str, kept: list[Entry], alpha: float) -> E
     return env
 
 
-def read_folder(folder: Path, names: Names, *, alpha: float) -> list[Environment]:
-    """The environments of one folder of runs: one, or one per environment its runs were
-    measured in (the one holding the newest run first)."""
-    entries, problems = _read(folder)
+def read_environment(store: runs.Store, environment_key: str, folder: PurePath,
+                     names: Names, *, alpha: float) -> list[Environment]:
+    """The environments of one environment key of a store (a folder of runs): one, or one
+    per environment its runs were measured in (the one holding the newest run first).
+    `folder` is what the pages call it: the folder, or the key in a database."""
+    entries, problems = _read(store, environment_key)
     if not entries:
         return [Environment(folder, names.take(folder.name),
                             problems=[*problems, f"{folder}: no run could be read"])]
@@ -266,10 +283,74 @@ def read_folder(folder: Path, names: Names, *, alpha: float) -> list[Environment
     return environments
 
 
-def read_environments(baselines: Path, *, alpha: float) -> list[Environment]:
+def read_folder(folder: Path, names: Names, *, alpha: float) -> list[Environment]:
+    """The environments of one folder of runs (`read_environment`)."""
+    return read_environment(runs.FolderStore(folder.parent), folder.name, folder, names,
+                            alpha=alpha)
+
+
+def read_environments(baselines: Path | str, *, alpha: float) -> list[Environment]:
+    """Every environment of a baselines folder, or of a database store (its URL)."""
     names = Names(reserved=("ab",))  # the A/B pages' folder
-    return [env for folder in environment_folders(baselines)
+    if runs.is_database_url(str(baselines)):
+        store = runs.open_store(str(baselines))
+        keys = store.environment_keys()
+        if not keys:
+            raise UserError(f"{store.name} holds no saved runs: run `pytest --benchmark-only "
+                            f"--store {store.name}` first")
+        return [env for key in keys for env in read_environment(
+            store, key, PurePosixPath(key), names, alpha=alpha)]
+    return [env for folder in environment_folders(Path(baselines))
             for env in read_folder(folder, names, alpha=alpha)]
+
+
+# --- One benchmark across testbeds ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Line:
+    """One benchmark's runs on one kind of machine: an environment's runs of one testbed."""
+
+    environment: str  # the environment's title
+    env_slug: str
+    testbed: str  # the testbed's label
+    points: tuple[tuple[str | None, float], ...]  # (when, median seconds), oldest first
+
+    @property
+    def newest_s(self) -> float:
+        return self.points[-1][1]
+
+
+@dataclass(frozen=True)
+class Across:
+    """One benchmark (by the name a reader knows) on every testbed that measured it."""
+
+    name: str
+    slug: str
+    lines: tuple[Line, ...]  # fastest newest median first
+
+
+def across_testbeds(environments: list[Environment]) -> list[Across]:
+    """Each benchmark measured on two or more kinds of machine (environments, or testbeds
+    within one), its runs split by them: the dashboard's view of one benchmark across a
+    team's machines."""
+    found: dict[str, list[Line]] = {}
+    for env in environments:
+        info = {r.number: r for r in env.runs}
+        for bench in env.benchmarks:
+            by_bed: dict[str, list] = {}
+            for point in bench.series.points:
+                run = info.get(point.run)
+                key = run.testbed_id if run else ""
+                by_bed.setdefault(key, []).append((run, point))
+            for taken in by_bed.values():
+                run = taken[-1][0]
+                found.setdefault(bench.name, []).append(Line(
+                    env.title or str(env.folder), env.slug,
+                    run.testbed if run else runs.testbed.label(None),
+                    tuple((r.when if r else None, p.median_s) for r, p in taken)))
+    names = Names()
+    return [Across(name, names.take(name), tuple(sorted(lines, key=lambda x: x.newest_s)))
+            for name, lines in sorted(found.items()) if len(lines) >= 2]
 
 
 # --- Change points across the history ----------------------------------------------------------

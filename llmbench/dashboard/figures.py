@@ -13,8 +13,8 @@ from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
 from llmbench import runs
-from llmbench.dashboard.collect import Benchmark
-from llmbench.history.plot import draw_panel
+from llmbench.dashboard.collect import Across, Benchmark
+from llmbench.history.plot import DENSE_POINTS, draw_panel
 from llmbench.history.series import run_label
 
 SPARK_WIDTH, SPARK_HEIGHT = 120, 28
@@ -79,6 +79,34 @@ def history_figure(bench: Benchmark, path: Path) -> Path:
     return _save(fig, path)
 
 
+def across_figure(across: Across, path: Path) -> Path:
+    """One benchmark's medians on each kind of machine over time (log scale: equal ratios
+    look equal), a line per environment and testbed; runs without a date at the end."""
+    import datetime as dt
+
+    fig = Figure(figsize=(9, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    for line in across.lines:
+        whens = []
+        for when, _ in line.points:
+            try:
+                whens.append(dt.datetime.fromisoformat(when) if when else None)
+            except ValueError:
+                whens.append(None)
+        dated = [(w, m) for w, (_, m) in zip(whens, line.points, strict=True) if w is not None]
+        if not dated:
+            continue
+        ax.plot([w for w, _ in dated], [m * 1e3 for _, m in dated],
+                marker=None if len(dated) > DENSE_POINTS else "o", markersize=3,
+                linewidth=1.2, label=f"{line.environment} | {line.testbed}")
+    ax.set_yscale("log")
+    ax.set_ylabel("median (ms, log scale)")
+    ax.legend(fontsize=7, loc="upper left")  # "best" tests every point of every line
+    ax.set_title(across.name, fontsize=9, parse_math=False)
+    fig.autofmt_xdate()
+    return _save(fig, path)
+
+
 def work_figure(bench: Benchmark, path: Path) -> Path | None:
     """Counted work per run, each size relative to the first run that counted it: a step here
     explains a step in time. None when no run counted this benchmark's work."""
@@ -90,15 +118,17 @@ def work_figure(bench: Benchmark, path: Path) -> Path | None:
     ax = fig.add_subplot()
     xs = [i for i, p in enumerate(bench.series.points) if bench.work.get(p.run)
           and bench.work[p.run].sizes]
+    dense = len(xs) > DENSE_POINTS
     for k, (shown, first) in enumerate(counted[0][1].sizes):
         values = [dict(w.sizes)[shown] / first if first else 1.0 for _, w in counted]
-        ax.step(xs, values, where="mid", marker="o", markersize=3, linewidth=1.2,
+        ax.step(xs, values, where="mid", marker=None if dense else "o", markersize=3,
+                linewidth=1.2,
                 label=f"{shown} (first: {first:,})", color=("tab:blue", "tab:orange",
                                                            "tab:green")[k % 3])
     ax.set_ylabel("x first run")
     ax.set_xlim(-0.5, len(bench.series.points) - 0.5)
     ax.set_xticks([])
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper left" if dense else "best")
     ax.set_title("counted work per run", fontsize=9)
     return _save(fig, path)
 

@@ -19,7 +19,8 @@ from llmbench.history import MIN_RUNS
 # The docs page that explains each kind of page (docs/, built by `nox -s docs`).
 DOCS = {"index": "docs/dashboard.md and docs/history.md",
         "benchmark": "docs/dashboard.md and docs/history.md",
-        "ab": "docs/ab.md and docs/verdicts.md"}
+        "ab": "docs/ab.md and docs/verdicts.md",
+        "across": "docs/dashboard.md and docs/stores.md"}
 
 # templates/: the pages, their one style sheet and their one script, inlined by `include`.
 _ENV = jinja2.Environment(

@@ -71,6 +71,21 @@ def _write_environment(out: Path, env: collect.Environment, command: str) -> Non
             not_counted="; ".join(sorted(reasons)), command=command))
 
 
+def _write_across(out: Path, environments: list[collect.Environment], command: str
+                  ) -> list[collect.Across]:
+    """A page per benchmark measured on two or more kinds of machine, in across/."""
+    found = collect.across_testbeds(environments)
+    if found:
+        (out / "across").mkdir()
+    for across in found:
+        figures.across_figure(across, out / "across" / f"{across.slug}.svg")
+        fastest = across.lines[0].newest_s
+        _write(out / "across" / f"{across.slug}.html", pages.render(
+            "across", title=f"{across.name} across testbeds", across=across,
+            fastest=fastest, command=command))
+    return found
+
+
 def _write_ab(folder: Path, ab: collect.KeptAB) -> str:
     """The A/B's page in `folder`; its one-line summary for the index."""
     from llmbench.report.verdict_plot import draw_verdicts  # matplotlib's Agg: only here
@@ -129,13 +144,16 @@ def _publish(out: Path, site: Path) -> None:
         shutil.rmtree(aside, ignore_errors=True)
 
 
-def build_site(baselines: Path, site: Path, *, ab_folders: Sequence[Path] = (),
+def build_site(baselines: Path | str, site: Path, *, ab_folders: Sequence[Path] = (),
                alpha: float = gate.DEFAULT_ALPHA) -> dict:
-    """Write the dashboard of every environment under `baselines` (and the kept A/Bs) into
-    `site`; what was written, as `dashboard.json` records it."""
+    """Write the dashboard of every environment under `baselines` (a folder, or a database
+    store's URL) and the kept A/Bs into `site`; what was written, as `dashboard.json`
+    records it."""
     _check_target(site)
     environments = collect.read_environments(baselines, alpha=alpha)
-    argv = ["llmbench", "dashboard", str(baselines), "-o", str(site)]
+    source = (["--store", runs.open_store(str(baselines)).name]
+              if runs.is_database_url(str(baselines)) else [str(baselines)])
+    argv = ["llmbench", "dashboard", *source, "-o", str(site)]
     for folder in ab_folders:
         argv += ["--ab", str(folder)]
     command = shlex.join(argv)
@@ -145,16 +163,18 @@ def build_site(baselines: Path, site: Path, *, ab_folders: Sequence[Path] = (),
         for env in environments:
             _write_environment(out, env, command)
         views = _write_abs(out, ab_folders)
+        across = _write_across(out, environments, command)
         built = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         _write(out / "index.html", pages.render(
             "index", title="llmbench dashboard", environments=environments, abs=views,
-            source=str(baselines), built=built, command=command))
+            across=across, source=str(baselines), built=built, command=command))
         record = {"generator": GENERATOR, "built": built, "source": str(baselines),
                   "environments": {e.slug: {"runs": len(e.runs),
                                             "benchmarks": len(e.benchmarks),
                                             "problems": e.problems} for e in environments},
                   "ab": [{"folder": str(v["folder"]), "problem": v["problem"]}
                          for v in views],
+                  "across": [a.name for a in across],
                   "files": sorted(_files_in(out))}
         _write(out / MARKER, json.dumps(record, indent=1))
         _publish(out, site)

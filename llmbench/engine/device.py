@@ -193,6 +193,41 @@ def device_name(device: torch.device | str) -> str:
     return _cpu_model_name()
 
 
+def _memory_gib() -> int | None:
+    """Physical memory in whole GiB (the same machine reports a few MiB more or less from one
+    boot to the next)."""
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30)
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _nvidia_driver() -> str | None:
+    """The NVIDIA kernel driver's version, as Linux exposes it (no subprocess)."""
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as fh:
+            first = fh.readline()
+    except OSError:
+        return None
+    words = [w for w in first.split() if w[:1].isdigit() and "." in w]
+    return words[0] if words else None
+
+
+def testbed_facts() -> dict:
+    """What a run records of its machine (`runs.testbed.FIELDS`), whatever device it ran on."""
+    cuda = torch.cuda.is_available()
+    return {
+        "cpu_model": _cpu_model_name(),
+        "logical_cpus": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "gpu_driver": _nvidia_driver() if cuda else None,
+        "cuda": torch.version.cuda,
+        "mps": _mps_available(),
+    }
+
+
 def thread_environment() -> dict[str, str]:
     """The environment variables that change CPU kernel speed, for the run's record."""
     keys = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY",

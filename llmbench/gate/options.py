@@ -93,7 +93,8 @@ FLAGS = (THRESHOLD, THRESHOLD_FOR, ALPHA, NORMALIZE, ALLOW_MISMATCH, FAIL_ON_INC
 COMPARE_TO = Flag(
     "--compare-to", default=None, metavar="PATH|latest",
     help="at session end, judge this run against a saved run (a file, an environment folder, "
-         "or 'latest': the newest run of this environment in --baseline-dir); a regression "
+         "a database store's ENVIRONMENT/NNNN, or 'latest': the newest run of this "
+         "environment in the store, --store or --baseline-dir); a regression "
          "fails the session. Write --compare-to=PATH: pytest takes a bare PATH for a test "
          "path. Default: %(default)r")
 

@@ -37,6 +37,10 @@ def file_names(result: HistoryResult) -> list[str]:
     return [*plot_files(result), *([ALL_BENCHMARKS_FILE] if result.machine else [])]
 
 
+# Beyond this many runs a panel draws lines without a marker per run.
+DENSE_POINTS = 120
+
+
 def draw_panel(ax, r: SeriesResult, relative: bool = False) -> None:
     """One benchmark's history on `ax` (the dashboard draws the same panel on its pages)."""
     points = r.series.points
@@ -45,16 +49,22 @@ def draw_panel(ax, r: SeriesResult, relative: bool = False) -> None:
         scale, unit = 1.0, "x the history's median"
     xs = list(range(len(points)))
     mids = [p.median_s * scale for p in points]
+    # Hundreds of runs: a marker and caps per run would only blot the line, and cost most
+    # of a dashboard's build (every marker is drawn, and "best" legend placement tests
+    # every point).
+    dense = len(points) > DENSE_POINTS
     ax.errorbar(xs, mids, yerr=[[m - p.low_s * scale for m, p in zip(mids, points, strict=True)],
                                 [p.high_s * scale - m for m, p in zip(mids, points, strict=True)]],
-                color="tab:gray", marker="o", markersize=4, capsize=2, linewidth=1,
+                color="tab:gray", marker=None if dense else "o", markersize=4,
+                capsize=0 if dense else 2, linewidth=1,
                 label="each run's median" if r.beta else None)
     # What the change points and the verdict were found on: the medians without the share
     # of each run's move that the benchmark had in common with the others.
     judged = mids
     if r.beta and len(r.moves) == len(mids):
         judged = [m * math.exp(-move) for m, move in zip(mids, r.moves, strict=True)]
-        ax.plot(xs, judged, color="tab:blue", marker=".", markersize=5, linewidth=1.2,
+        ax.plot(xs, judged, color="tab:blue", marker=None if dense else ".", markersize=5,
+                linewidth=1.2,
                 label=f"without the {'control' if relative else 'machine'}'s share "
                       f"(beta {r.beta:.2f})")
     start = r.level_start()
@@ -80,7 +90,7 @@ def draw_panel(ax, r: SeriesResult, relative: bool = False) -> None:
     ax.set_xlabel("run and commit", fontsize=8)
     ax.set_title(r.series.name, fontsize=9, parse_math=False)  # names may hold `$`
     ax.set_ylabel(unit if relative else f"median ({unit})")
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper left" if dense else "best")
 
 
 def _control(ax, result: HistoryResult) -> None:

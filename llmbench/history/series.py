@@ -48,7 +48,7 @@ class Series:
 
 @dataclass(frozen=True)
 class History:
-    folder: Path
+    folder: Path | str  # the environment folder, or a database's URL#environment
     title: str  # what ran where (`Run.title` of the newest run)
     device: str  # its device type, for the default threshold
     runs: tuple[int, ...]  # run numbers, oldest first
@@ -133,18 +133,55 @@ def _point(number: int, run: runs.Run, code: str | None, bench: runs.Benchmark) 
                  low_s=float(low), high_s=float(high))
 
 
-def load_history(folder: str | os.PathLike, pattern: str | None = None,
-                 min_runs: int = MIN_RUNS) -> History:
-    """Every run in `folder` (an environment folder, or a baselines folder holding exactly
-    one), each benchmark's series across them; `pattern` keeps benchmarks whose name
-    contains it. One-line `RunError`s: too few runs, runs of another environment, a damaged
-    run, no benchmark matching."""
-    where = _environment_folder(Path(folder))
+def load_history(folder: str | os.PathLike | None, pattern: str | None = None,
+                 min_runs: int = MIN_RUNS, store: str | None = None) -> History:
+    """Every run of one environment, each benchmark's series across them; `pattern` keeps
+    benchmarks whose name contains it. From a folder (an environment folder, or a baselines
+    folder holding exactly one), or, when `store` is a database, from its environment
+    `folder` names (None: the one it holds). One-line `RunError`s: too few runs, runs of
+    another environment, a damaged run, no benchmark matching."""
+    if store is not None and runs.is_database_url(store):
+        return _database_history(runs.open_store(store), folder, pattern, min_runs)
+    where = _environment_folder(Path(folder if folder is not None
+                                     else store or runs.BASELINES_DIR))
     paths = runs.list_runs(where)
-    if len(paths) < min_runs:
-        raise runs.RunError(f"{where} holds {len(paths)} runs; a history needs at least "
-                            f"{min_runs} to place a change point")
+    _enough(where, len(paths), min_runs)
     loaded = [load_entry(p) for p in paths]
+    _one_environment(where, loaded)
+    return history_of(where, loaded, pattern)
+
+
+def _database_history(store, environment: str | os.PathLike | None, pattern: str | None,
+                      min_runs: int) -> History:
+    held = store.environment_keys()
+    if environment is None:
+        if len(held) != 1:
+            raise runs.RunError(f"{store.name} holds runs of {len(held)} environments: name "
+                                f"one of {', '.join(held) or 'none yet'}")
+        environment = held[0]
+    environment = str(environment)
+    if environment not in held:
+        raise runs.RunError(f"{store.name} holds no runs of {environment}; it holds "
+                            f"{', '.join(held) or 'none'}")
+    where = f"{store.name}#{environment}"
+    refs = store.refs(environment)
+    _enough(where, len(refs), min_runs)
+    loaded = []
+    for ref, run in zip(refs, store.load_many(refs), strict=True):
+        if isinstance(run, runs.RunError):
+            raise run
+        loaded.append(entry_of(run, ref.number, ref.address))
+    _one_environment(where, loaded)
+    return history_of(where, loaded, pattern)
+
+
+def _enough(where, count: int, min_runs: int) -> None:
+    if count < min_runs:
+        raise runs.RunError(f"{where} holds {count} runs; a history needs at least "
+                            f"{min_runs} to place a change point")
+
+
+def _one_environment(where, loaded: list[Entry]) -> None:
     for entry in loaded[:-1]:
         differences = runs.environment_differences(entry.run.environment,
                                                    loaded[-1].run.environment)
@@ -152,7 +189,6 @@ def load_history(folder: str | os.PathLike, pattern: str | None = None,
             raise runs.RunError(f"run {entry.number:04d} in {where} was measured in another "
                                 f"environment than the newest ({'; '.join(differences)}): a "
                                 "history is one environment; move that run out")
-    return history_of(where, loaded, pattern)
 
 
 @dataclass(frozen=True)
@@ -165,22 +201,27 @@ class Entry:
 
 
 def load_entry(path: Path) -> Entry:
-    """One saved run; a one-line `RunError` when it is damaged, of a newer format, or holds a
-    median a history cannot take the log of."""
+    """One saved run of a folder; a one-line `RunError` when it is damaged, of a newer
+    format, or holds a median a history cannot take the log of."""
     run = runs.run_from_json(runs.read_json(path), str(path), path=path)
+    return entry_of(run, runs.run_number(path), str(path))
+
+
+def entry_of(run: runs.Run, number: int, name: str) -> Entry:
+    """A run read from any store, as a history takes it (`name` says which in messages)."""
     for bench in run.benchmarks.values():
         if bench.samples and not bench.median_s > 0:
-            raise runs.RunError(f"{path}: {bench.name} has a median of {bench.median_s!r} s, "
+            raise runs.RunError(f"{name}: {bench.name} has a median of {bench.median_s!r} s, "
                                 "which no run measures: the file is damaged")
     try:
         code = _code(run)
     except (TypeError, ValueError, AttributeError) as exc:
-        raise runs.RunError(f"{path}: its commit or injected slowdowns are damaged "
+        raise runs.RunError(f"{name}: its commit or injected slowdowns are damaged "
                             f"({exc})") from None
-    return Entry(runs.run_number(path), run, code)
+    return Entry(number, run, code)
 
 
-def history_of(where: Path, loaded: list[Entry], pattern: str | None = None, *,
+def history_of(where: Path | str, loaded: list[Entry], pattern: str | None = None, *,
                every_benchmark: bool = False) -> History:
     """The history of runs already loaded (oldest first, one environment): each benchmark of
     the newest run, as a series across them; with `every_benchmark`, also those only older

@@ -27,10 +27,12 @@ from llmbench.report.markdown import render_markdown
 REPORT_NAME = "report.md"
 
 
-def load_run(path: str | os.PathLike, *, samples: bool = False) -> runs.Run:
-    """A run as the report reads it: a file, or a folder's newest run, with pytest-benchmark's
-    timing summary; raw samples only when the gate will judge it (`samples`)."""
-    return runs.load_run(path, samples=samples, summary=True)
+def load_run(address: str | os.PathLike, *, samples: bool = False,
+             store: str | None = None) -> runs.Run:
+    """A run as the report reads it (a file, a folder's newest run, or a run of a database
+    store: `runs.load_address`), with pytest-benchmark's timing summary; raw samples only
+    when the gate will judge it (`samples`)."""
+    return runs.load_address(address, store, samples=samples, summary=True)
 
 
 def compare(baseline: runs.Run, candidate: runs.Run, options: gate.GateOptions | None = None
@@ -40,12 +42,12 @@ def compare(baseline: runs.Run, candidate: runs.Run, options: gate.GateOptions |
                              history=runs.saved_history(baseline, candidate))
 
 
-def latest_baseline(run_path: str | os.PathLike) -> Path:
+def latest_baseline(run_address: str | os.PathLike, store: str | None = None) -> str:
     """What `--baseline latest` means for a run: the newest other run of its environment in
-    its folder (`runs.latest_comparable`, as the pytest gate's `--compare-to=latest`);
-    `runs.NoBaseline` when there is none."""
-    run = load_run(run_path)  # a damaged RUN is named as such, before any search
-    return runs.latest_comparable(run.path.parent, run.environment, exclude=[run.path])
+    its store (`runs.latest_before`, as the pytest gate's `--compare-to=latest`), by its
+    address; `runs.NoBaseline` when there is none."""
+    run = load_run(run_address, store=store)  # a damaged RUN is named as such, before any search
+    return runs.latest_before(run).origin.address
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ def _like_for_like(baseline: runs.Run | None, result: gate.GateResult | None
 
 def write_report(run_path: str | os.PathLike, out_dir: str | os.PathLike,
                  baseline_path: str | os.PathLike | None = None, *, force: bool = False,
-                 options: gate.GateOptions | None = None) -> ReportResult:
+                 options: gate.GateOptions | None = None,
+                 store: str | None = None) -> ReportResult:
     """Write report.md and the plots into out_dir; refuse an existing report unless force."""
     out = Path(out_dir)
     target = out / REPORT_NAME
@@ -77,8 +80,8 @@ def write_report(run_path: str | os.PathLike, out_dir: str | os.PathLike,
         raise UserError(f"{out} already holds a report: pass --force to replace it, or "
                         "choose another -o folder")
     judged = baseline_path is not None  # the gate needs raw samples on both sides
-    run = load_run(run_path, samples=judged)
-    baseline = load_run(baseline_path, samples=True) if judged else None
+    run = load_run(run_path, samples=judged, store=store)
+    baseline = load_run(baseline_path, samples=True, store=store) if judged else None
     result = compare(baseline, run, options) if baseline is not None else None
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -188,9 +188,36 @@ class Benchmark:
 
 
 @dataclass(frozen=True)
+class RunRef:
+    """A saved run's place: its store (a folder's path, or a database's URL without its
+    password), its environment and its number there, and its label (`NNNN_<label>.json`
+    in a folder). `address` names it anywhere a run is asked for."""
+
+    store: str
+    environment_key: str
+    number: int
+    label: str
+    path: Path | None = None  # the file, in a folder store
+    database: bool = False
+
+    @property
+    def name(self) -> str:
+        """`<environment>/NNNN_<label>`, as a folder store's file is named below its root."""
+        return f"{self.environment_key}/{self.number:04d}_{self.label}"
+
+    @property
+    def address(self) -> str:
+        """How a user names it: the file's path, or `<store URL>#<environment>/NNNN`."""
+        if not self.database:
+            return str(self.path)
+        return f"{self.store}#{self.environment_key}/{self.number:04d}"
+
+
+@dataclass(frozen=True)
 class Run:
     """A saved run. `source` names it in messages (a path, or a label for a run that was never
-    written); `path` is its file, when it has one."""
+    written); `path` is its file, when it has one; `origin` its place in a store, when it was
+    read from one (the folder store's runs have both)."""
 
     source: str
     benchmarks: Mapping[str, Benchmark]  # by key, in the file's order
@@ -204,6 +231,7 @@ class Run:
     # Slowdowns a plugin injected on top of the commit (`llmbench.bench.inject`): the run
     # measured other code than its commit says.
     injected: Mapping = field(default_factory=dict)
+    origin: RunRef | None = None
 
     def paired_with(self, other: Run) -> bool:
         """Whether the two runs are the two sides of one paired A/B, this one the baseline:
@@ -215,6 +243,12 @@ class Run:
     @property
     def device(self) -> str | None:
         return (self.environment or {}).get("device")
+
+    @property
+    def testbed(self) -> Mapping | None:
+        """The machine's facts (`runs.testbed`); None for a run saved before they were kept."""
+        found = self.info.get("testbed")
+        return found if isinstance(found, Mapping) else None
 
     @property
     def title(self) -> str:
@@ -290,7 +324,7 @@ def _samples(entry: Mapping, key: str, source: str) -> tuple[float, ...]:
 
 
 def run_from_json(data, source: str, *, path: Path | None = None, samples: bool = True,
-                  summary: bool = False) -> Run:
+                  summary: bool = False, origin: RunRef | None = None) -> Run:
     """Validate pytest-benchmark JSON (already parsed) into a `Run`; `RunError` if unusable.
     `samples`: every benchmark must hold its raw per-round timings (the gate judges them);
     `summary`: every benchmark must hold pytest-benchmark's SUMMARY_STATS (the report's)."""
@@ -345,7 +379,7 @@ def run_from_json(data, source: str, *, path: Path | None = None, samples: bool 
                path=path, pairing=data.get("llmbench_pairing")
                if isinstance(data.get("llmbench_pairing"), dict) else None,
                injected=dict(data["llmbench_injected"])
-               if isinstance(data.get("llmbench_injected"), dict) else {})
+               if isinstance(data.get("llmbench_injected"), dict) else {}, origin=origin)
 
 
 def is_same_run(a: Run, b: Run) -> bool:

@@ -1,28 +1,24 @@
-"""Saved runs on disk: reading a run back, the one atomic writer, numbering, and finding the
-latest comparable run.
+"""Saved runs on disk, the default store: reading a run back, the one atomic writer,
+numbering, and the folder store (`FolderStore`) that `location` searches.
 
 Runs live in one folder per environment (model, device, dtype) under `baselines/`, named
 `NNNN_<label>.json` in the order they were saved. `load_run` turns a file, or a folder (its
 newest run), into a `Run` (`model`), or raises one `RunError` line that says what is wrong.
 `write_atomic` is how anything of ours reaches disk, runs and reports alike: a reader never
-sees half a file, and nothing is replaced unless asked. `latest_comparable` is the one
-definition of "the latest run to compare with", for the pytest gate's `--compare-to=latest`
-and `llmbench report --baseline latest` alike.
+sees half a file, and nothing is replaced unless asked.
 """
 
 from __future__ import annotations
 
-import datetime
+import hashlib
 import json
 import os
 import re
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from llmbench.runs.environment import environment_differences
-from llmbench.runs.model import Run, RunError, run_from_json
+from llmbench.runs.model import Run, RunError, RunRef, run_from_json
 
 BASELINES_DIR = "baselines"
 LATEST = "latest"  # names the latest comparable run wherever a baseline run is asked for
@@ -35,13 +31,9 @@ class DamagedRunSkipped(UserWarning):
     one line, the pytest gate in its summary)."""
 
 
-def _left_out(exc: RunError) -> None:
+def left_out(exc: RunError) -> None:
+    """Name a run a search or a history went past because it could not be read."""
     warnings.warn(DamagedRunSkipped(f"left out a damaged run: {exc}"), stacklevel=3)
-
-
-class NoBaseline(LookupError):
-    """No other run of this environment to compare with: a plain fact (every environment's
-    first run meets it), said in one line, never an error."""
 
 
 def _umask() -> int:
@@ -79,7 +71,7 @@ def write_atomic(path: Path, text: str, *, replace: bool = False) -> None:
 
 def write_new_json(path: Path, payload: dict) -> None:
     """Write `payload` as JSON to `path` atomically, refusing to replace an existing file."""
-    write_atomic(path, json.dumps(payload, indent=2))
+    write_atomic(path, run_document(payload))
 
 
 def save_numbered(folder: Path, payload: dict, label: str) -> Path:
@@ -87,16 +79,21 @@ def save_numbered(folder: Path, payload: dict, label: str) -> Path:
     number is unique in the folder whatever the label: taking the next number and writing
     the file happen under an exclusive lock on the folder (`_numbering`), so processes
     saving at once, with labels of other commits or other seconds, never share one."""
-    safe_label = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_") or "run"
     folder.mkdir(parents=True, exist_ok=True)
     with _numbering(folder):
-        for _ in range(1000):
-            path = folder / run_file_name(next_number(folder), safe_label)
-            try:
-                write_new_json(path, payload)
-                return path
-            except FileExistsError:
-                continue  # a writer without the lock (an older llmbench) took it: the next
+        return _write_next(folder, run_document(payload), label)
+
+
+def _write_next(folder: Path, document: str, label: str) -> Path:
+    """Write `document` as the folder's next number; the caller holds `_numbering`."""
+    safe_label = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_") or "run"
+    for _ in range(1000):
+        path = folder / run_file_name(next_number(folder), safe_label)
+        try:
+            write_atomic(path, document)
+            return path
+        except FileExistsError:
+            continue  # a writer without the lock (an older llmbench) took it: the next
     raise RuntimeError(f"could not find a free run number in {folder}")
 
 
@@ -164,18 +161,38 @@ def read_json(path: Path):
         raise RunError(f"no such run file: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RunError(f"cannot read {path}: {exc}") from None
+    return parse_document(text, str(path))
+
+
+def parse_document(text: str, source: str):
+    """A run's JSON document parsed, wherever it was stored; a damaged one is one RunError
+    naming `source`."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         what = "truncated" if exc.pos >= len(text.rstrip()) else "invalid"
-        raise RunError(f"{path} is {what} JSON ({exc.msg} at line {exc.lineno}, column "
+        raise RunError(f"{source} is {what} JSON ({exc.msg} at line {exc.lineno}, column "
                        f"{exc.colno}): re-run the benchmarks to replace it") from None
     except RecursionError:  # arrays or objects nested deeper than any run writes
-        raise RunError(f"{path} is damaged: its JSON nests deeper than Python reads; "
+        raise RunError(f"{source} is damaged: its JSON nests deeper than Python reads; "
                        "re-run the benchmarks to replace it") from None
     except ValueError as exc:  # an integer of thousands of digits
-        raise RunError(f"{path} is damaged: {exc}; re-run the benchmarks to replace it"
+        raise RunError(f"{source} is damaged: {exc}; re-run the benchmarks to replace it"
                        ) from None
+
+
+def run_document(payload: dict) -> str:
+    """A run's JSON document as every store keeps it (a run moved between stores keeps
+    these very bytes)."""
+    return json.dumps(payload, indent=2)
+
+
+def content_hash(document: str | dict) -> str:
+    """A run's identity, in every store: SHA-256 of its canonical JSON (keys sorted, no
+    spaces), so that the same run formatted otherwise is the same run."""
+    payload = json.loads(document) if isinstance(document, str) else document
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def resolve_run(path: str | os.PathLike) -> Path:
@@ -196,7 +213,8 @@ def load_run(path: str | os.PathLike, *, samples: bool = True, summary: bool = F
     """Read a run file, or the newest run in a folder; every failure is one `RunError` line.
     `samples` and `summary` say what the reader requires (`model.run_from_json`)."""
     p = resolve_run(path)
-    return run_from_json(read_json(p), str(p), path=p, samples=samples, summary=summary)
+    return run_from_json(read_json(p), str(p), path=p, samples=samples, summary=summary,
+                         origin=origin_of(p))
 
 
 def run_number(path: Path) -> int | None:
@@ -213,101 +231,91 @@ def list_runs(folder: str | os.PathLike) -> list[Path]:
     return sorted(runs, key=lambda p: (run_number(p), p.name))
 
 
-def latest_run(folder: str | os.PathLike, environment: Mapping | None = None,
-               exclude: Sequence[str | os.PathLike] = ()) -> Path | None:
-    """The newest run in `folder`, skipping `exclude`; with `environment`, the newest whose
-    environment matches it (an unreadable run is left out then, and named: a
-    `DamagedRunSkipped` warning). None if there is none."""
-    skip = {Path(p).resolve() for p in exclude}
-    for path in reversed(list_runs(folder)):
-        if path.resolve() in skip:
-            continue
-        if environment is None:
-            return path
-        try:
-            run = load_run(path)
-        except RunError as exc:
-            _left_out(exc)
-            continue
-        if not environment_differences(run.environment, environment):
-            return path
-    return None
+def latest_run(folder: str | os.PathLike) -> Path | None:
+    """The newest numbered run in `folder`, None if there is none."""
+    found = list_runs(folder)
+    return found[-1] if found else None
 
 
-def environment_runs(folder: str | os.PathLike, environment: Mapping | None,
-                     exclude: Sequence[str | os.PathLike] = ()) -> list[Run]:
-    """Every readable run in `folder` of `environment`, oldest first, other than `exclude`:
-    what the gate learns this environment's noise between runs from. An unreadable run is
-    left out and named (a `DamagedRunSkipped` warning; it is refused by name wherever it
-    is asked for itself)."""
-    if environment is None:
-        return []
-    skip = {Path(p).resolve() for p in exclude}
-    found = []
-    for path in list_runs(folder):
-        if path.resolve() in skip:
-            continue
-        try:
-            run = load_run(path)
-        except RunError as exc:
-            _left_out(exc)
-            continue
-        if not environment_differences(run.environment, environment):
-            found.append(run)
-    return found
-
-
-def saved_history(baseline: Run, candidate: Run | None = None) -> list[Run]:
-    """The saved runs of a baseline's environment in its folder, where a stored comparison
-    learns the noise between runs; [] for a run that was never saved. The candidate is left
-    out: it is what is being judged (and was not saved yet when the suite judged it). So are
-    runs made after it: a saved run is judged later (`llmbench compare`, `report`) against
-    the noise the suite knew when it judged it, so both give the same verdicts."""
-    if baseline.path is None:
-        return []
-    exclude = [candidate.path] if candidate is not None and candidate.path else []
-    found = environment_runs(baseline.path.parent, baseline.environment, exclude=exclude)
-    made = _moment(candidate.datetime) if candidate is not None else None
-    if made is None:
-        return found
-    return [run for run in found if (when := _moment(run.datetime)) is None or when <= made]
-
-
-def _moment(stamp: str | None) -> datetime.datetime | None:
-    """A run's pytest-benchmark datetime as an aware moment; None if it has none readable."""
-    try:
-        moment = datetime.datetime.fromisoformat(stamp)
-    except (TypeError, ValueError):
+def origin_of(path: Path) -> RunRef | None:
+    """A run file's place in the folder store it lies in: `<root>/<environment>/NNNN_<label>
+    .json`; None for a file not named as a saved run."""
+    number = run_number(path)
+    if number is None:
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
+    # As the user spelled it (messages and printed addresses keep their relative paths),
+    # unless that spelling has no folder name to give the environment.
+    folder = path.parent if path.parent.name else path.resolve().parent
+    label = path.name.split("_", 1)[1].removesuffix(".json")
+    return RunRef(str(folder.parent), folder.name, number, label, path=path)
 
 
-def latest_comparable(folder: str | os.PathLike, environment: Mapping | None,
-                      exclude: Sequence[str | os.PathLike] = ()) -> Path:
-    """The run to compare a run of `environment` with: the newest run in `folder` with the
-    same environment (model, fingerprint, device and CPU or GPU name, dtype, threads), other
-    than `exclude`. A run from another machine never qualifies. `NoBaseline` says why there
-    is none."""
-    folder = Path(folder)
-    if environment is None:
-        raise NoBaseline("the run has no llmbench environment record, so no saved run can be "
-                         "matched to it")
-    path = latest_run(folder, environment=environment, exclude=exclude)
-    if path is not None:
-        return path
-    skip = {Path(p).resolve() for p in exclude}
-    others = [p for p in list_runs(folder) if p.resolve() not in skip]
-    if not others:
-        raise NoBaseline(f"{folder} holds no other run")
-    runs = f"{len(others)} other run{'' if len(others) == 1 else 's'}"
-    raise NoBaseline(f"{folder} holds {runs}, none of this environment"
-                     + _newest_differs(others[-1], environment))
+class FolderStore:
+    """Runs as JSON files, one folder per environment under `root`: the default store, one
+    machine's (`location.Store`)."""
 
+    is_database = False
 
-def _newest_differs(path: Path, environment: Mapping) -> str:
-    """How the newest other run differs, so that a user sees why it is not a baseline."""
-    try:
-        differences = environment_differences(load_run(path).environment, environment)
-    except RunError:
-        return ""
-    return f" (the newest, {path.name}, differs: {'; '.join(differences)})"
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.name = str(self.root)
+        self._hashes: dict[Path, str | None] = {}
+
+    def check_writable(self, environment_key: str) -> None:
+        check_writable(self.root / environment_key)
+
+    def save(self, payload: dict, environment_key: str, label: str) -> RunRef:
+        return origin_of(save_numbered(self.root / environment_key, payload, label))
+
+    def environment_keys(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(d.name for d in self.root.iterdir() if d.is_dir() and list_runs(d))
+
+    def refs(self, environment_key: str) -> list[RunRef]:
+        return [origin_of(p) for p in list_runs(self.root / environment_key)]
+
+    def load(self, ref: RunRef, *, samples: bool = True, summary: bool = False) -> Run:
+        return load_run(ref.path, samples=samples, summary=summary)
+
+    def load_many(self, refs: list[RunRef], *, samples: bool = True, summary: bool = False
+                  ) -> list[Run | RunError]:
+        """Each run as `load` reads it; a damaged one is its `RunError`, in its place."""
+        out: list[Run | RunError] = []
+        for ref in refs:
+            try:
+                out.append(self.load(ref, samples=samples, summary=summary))
+            except RunError as exc:
+                out.append(exc)
+        return out
+
+    def read_document(self, ref: RunRef) -> str:
+        """The run's JSON as it lies in its file; one `RunError` line if it cannot be read."""
+        try:
+            return Path(ref.path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RunError(f"cannot read {ref.path}: {exc}") from None
+
+    def put(self, document: str, environment_key: str, label: str) -> tuple[RunRef, bool]:
+        """Save a run's JSON as it is written, as the next number of its environment, unless
+        the folder holds it already (same content hash): its place, and whether it was
+        added. Under the folder's numbering lock, so two copies at once add it once."""
+        folder = self.root / environment_key
+        folder.mkdir(parents=True, exist_ok=True)
+        identity = content_hash(document)
+        with _numbering(folder):
+            for ref in self.refs(environment_key):
+                if self._hash(ref) == identity:
+                    return ref, False
+            return origin_of(_write_next(folder, document, label)), True
+
+    def _hash(self, ref: RunRef) -> str | None:
+        """A held run's content hash (None if it cannot be read), computed once a file: a
+        saved file never changes."""
+        path = Path(ref.path).resolve()
+        if path not in self._hashes:
+            try:
+                self._hashes[path] = content_hash(self.read_document(ref))
+            except (RunError, ValueError, RecursionError):
+                self._hashes[path] = None
+        return self._hashes[path]
