@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from llmbench import cli
+from llmbench.cli import load as cli_load
 from llmbench.cli import server as cli_server
 from llmbench.engine.config import EngineConfig, SamplingParams
 from llmbench.engine.models import load_model
@@ -189,7 +190,7 @@ def test_goodput_counts_only_served_requests_and_failures_by_reason():
     assert not summary["is_mostly_failed"]
     assert summary_line(summary).startswith(
         "concurrency 4: 5 ok, 3 errors (1 empty answer, 1 short answer, 1 cut off); "
-        "goodput 20.0 tokens/s, 2.50 req/s; ms p50/p99: TTFT 100.0/100.0,")
+        "served 20.0 tokens/s, 2.50 req/s; ms p50/p99: TTFT 100.0/100.0,")
     assert summary_line(summary).endswith("; tokens counted by the server")
 
 
@@ -200,14 +201,14 @@ def test_a_level_where_most_requests_failed_says_so_first():
     assert summary["is_mostly_failed"]
     line = summary_line(summary)
     assert line.startswith("concurrency 4: MOSTLY FAILED: 7 of 8 requests failed "
-                           "(7 empty answer), 1 ok; goodput 4.0 tokens/s, 0.50 req/s;")
+                           "(7 empty answer), 1 ok; served 4.0 tokens/s, 0.50 req/s;")
     assert line.endswith("; tokens counted by the tokenizer")
     # Half is not most.
     half = _level([_answer(8, 8)] * 4 + [judged(_answer(0, None), fixed)] * 4).summary()
     assert not half["is_mostly_failed"] and "MOSTLY" not in summary_line(half)
     nothing = summary_line(_level([], num_cut_off=2).summary())
     assert nothing == ("concurrency 4: MOSTLY FAILED: 2 of 2 requests failed (2 cut off), "
-                       "0 ok; goodput 0.0 tokens/s, 0.00 req/s; ms p50/p99: TTFT -, ITL -, "
+                       "0 ok; served 0.0 tokens/s, 0.00 req/s; ms p50/p99: TTFT -, ITL -, "
                        "TPOT -, latency -")
 
 
@@ -363,7 +364,8 @@ def test_cli_reports_a_mostly_failed_level_and_exits_1(tmp_path, capsys):
     assert [line.split(";")[0] for line in lines] == [
         f"concurrency {n}: MOSTLY FAILED: 7 of 8 requests failed (7 empty answer), 1 ok"
         for n in (1, 4)]
-    assert err.rstrip().endswith("llmbench load: failed: 14 of 16 requests, at concurrency 1, 4")
+    assert err.rstrip().endswith(
+        "llmbench load: failed: 14 of 16 requests, at concurrency 1, concurrency 4")
     levels = json.loads(out.read_text())["levels"]  # the figures are kept all the same
     assert [lv["summary"]["errors_by_reason"] for lv in levels] == [{"empty answer": 7}] * 2
     reasons = [s["reason"] for s in levels[1]["samples"]]
@@ -376,7 +378,7 @@ def test_cli_exits_0_when_every_request_was_served(tmp_path, capsys):
                      "--max-new-tokens", "8", "--fixed-length"])
     assert code == 0
     captured = capsys.readouterr()
-    assert "concurrency 2: 4 ok, 0 errors; goodput" in captured.err
+    assert "concurrency 2: 4 ok, 0 errors; served" in captured.err
     assert "tokens counted by the server" in captured.err
     assert json.loads(captured.out)["levels"][0]["summary"]["num_ok"] == 4
 
@@ -431,7 +433,9 @@ def test_complete_once_on_a_native_server(live):
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    cli_server.register(parser.add_subparsers(dest="command", required=True))
+    commands = parser.add_subparsers(dest="command", required=True)
+    cli_server.register(commands)
+    cli_load.register(commands)
     return parser.parse_args(argv)
 
 

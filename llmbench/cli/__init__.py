@@ -22,6 +22,7 @@ from llmbench.cli import (
     doctor,
     generate,
     history,
+    load,
     profile,
     report,
     server,
@@ -72,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"llmbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for command in (generate, agreement, profile, report, compare, ab, history, dashboard,
-                    server, doctor, store):
+                    server, load, doctor, store):
         command.register(sub)
     for name, command_parser in sub.choices.items():
         epilog = _docs_epilog(DOCS_PAGES[name])  # KeyError: a new command needs its page

@@ -1,10 +1,13 @@
 """Streaming clients for the native and OpenAI protocols, and the load generator.
 
-`run_load` sends `num_requests` streamed requests from `concurrency` workers (each sends its
-next request when the previous one ends) and returns a `LoadResult` (see `result` for
-what counts as served, how tokens are counted and the timing rules) with one
-`RequestSample` per request. Each stream is recorded as (arrival, text) pairs and counted
-and timed after the run, so tokenizing never delays reading the stream.
+`run_load` sends `num_requests` streamed requests, either from `concurrency` workers (closed
+loop: each sends its next request when the previous one ends) or on a seeded schedule of
+arrivals (open loop, `schedule`: each request is sent when due, however many are still
+running), and returns a `LoadResult` (see `result` for what counts as served, how tokens
+are counted and the timing rules) with one `RequestSample` per request, which records when
+it was due and when it was sent: the client's own lag. Each stream is recorded as
+(arrival, text) pairs and counted and timed after the run, so tokenizing never delays
+reading the stream.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
@@ -30,7 +33,11 @@ from llmbench.load.config import (
     TIMEOUT,
     LoadConfig,
 )
+from llmbench.load.objectives import Objectives
 from llmbench.load.result import LoadResult, RequestSample, judged, token_timeline
+
+# Open loop: how long before a request is due the client stops sleeping and yields instead.
+SPIN_S = 0.002
 
 
 class ServerError(RuntimeError):
@@ -191,53 +198,94 @@ def _failure(exc: Exception, latency_s: float) -> RequestSample:
 
 
 async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
-                         prompts: Sequence[str], progress: Callable[[], None] | None = None
-                         ) -> LoadResult:
+                         prompts: Sequence[str], progress: Callable[[], None] | None = None,
+                         objectives: Objectives | None = None) -> LoadResult:
     """The load level `config` describes; see `run_load`."""
     if not prompts:
         raise UserError("the load generator needs at least one prompt")
-    results: list[Stream | RequestSample] = []
-    next_index = itertools.count()
-    started = 0
+    # Request i asks prompts[i % len(prompts)], so a seeded schedule sends the same requests.
+    sent: dict[int, tuple[float | None, float, Stream | RequestSample]] = {}
+    begun: set[int] = set()
     # Nagle's algorithm would hold small request writes for the server's delayed ACK.
     transport = httpx.AsyncHTTPTransport(
-        limits=httpx.Limits(max_connections=config.concurrency),
+        limits=httpx.Limits(max_connections=(None if config.arrivals is not None
+                                             else config.concurrency)),
         socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
 
     async with httpx.AsyncClient(transport=transport, timeout=config.timeout_s) as client:
-        async def worker() -> None:
-            nonlocal started
-            while (index := next(next_index)) < config.num_requests:
-                started += 1
-                sent = time.perf_counter()
-                try:
-                    results.append(await stream_request(client, config,
-                                                        prompts[index % len(prompts)], params))
-                except (httpx.HTTPError, ServerError, ValueError) as exc:
-                    results.append(_failure(exc, time.perf_counter() - sent))
-                if progress is not None:
-                    progress()
-
         start = time.perf_counter()
-        tasks = [asyncio.create_task(worker()) for _ in range(config.concurrency)]
-        _, pending = await asyncio.wait(tasks, timeout=config.duration_s)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+
+        async def send(index: int, scheduled: float | None) -> None:
+            sent_s = time.perf_counter() - start
+            begun.add(index)
+            try:
+                outcome: Stream | RequestSample = await stream_request(
+                    client, config, prompts[index % len(prompts)], params)
+            except (httpx.HTTPError, ServerError, ValueError) as exc:
+                outcome = _failure(exc, time.perf_counter() - start - sent_s)
+            sent[index] = (scheduled, sent_s, outcome)
+            if progress is not None:
+                progress()
+
+        driver = asyncio.create_task(_open_loop(config, send) if config.arrivals is not None
+                                     else _closed_loop(config, send))
+        done, _ = await asyncio.wait([driver], timeout=config.duration_s)
+        if not done:
+            driver.cancel()  # cancels the requests still running, through their TaskGroup
+        await asyncio.gather(driver, return_exceptions=True)
+        if done:
+            driver.result()  # an unexpected error in the client is raised, not hidden
         duration = time.perf_counter() - start
 
     def count_tokens(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    samples = tuple(r if isinstance(r, RequestSample) else _sample(r, count_tokens, config, params)
-                    for r in results)
-    return LoadResult(config, params, duration, samples, num_cut_off=started - len(results))
+    measured = range(config.warmup, config.num_requests - config.cooldown)
+    samples = tuple(
+        replace(outcome if isinstance(outcome, RequestSample)
+                else _sample(outcome, count_tokens, config, params),
+                index=index, scheduled_s=scheduled, sent_s=sent_s, measured=index in measured)
+        for index, (scheduled, sent_s, outcome) in sorted(sent.items()))
+    # Requests sent but not ended when --duration ran out; those never sent are not counted.
+    cut_off = sum(1 for index in begun - sent.keys() if index in measured)
+    return LoadResult(config, params, duration, samples, num_cut_off=cut_off,
+                      objectives=objectives)
+
+
+async def _closed_loop(config: LoadConfig, send) -> None:
+    """`concurrency` workers, each sending its next request when the previous one ends."""
+    next_index = itertools.count()
+
+    async def worker() -> None:
+        while (index := next(next_index)) < config.num_requests:
+            await send(index, None)
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(config.concurrency):
+            group.create_task(worker())
+
+
+async def _open_loop(config: LoadConfig, send) -> None:
+    """Each request sent at its scheduled offset, whether or not earlier ones have ended."""
+    start = time.perf_counter()
+    async with asyncio.TaskGroup() as group:
+        for index, offset in enumerate(config.arrivals.offsets(config.num_requests)):
+            # The event loop's timers wake up to a millisecond late (epoll counts whole
+            # milliseconds), so the last SPIN_S are waited by yielding to the loop, which
+            # keeps serving the running streams meanwhile.
+            while (delay := start + offset - time.perf_counter()) > 0:
+                await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
+            group.create_task(send(index, float(offset)))
 
 
 def run_load(config: LoadConfig, params: SamplingParams, tokenizer, prompts: Sequence[str],
-             progress: Callable[[], None] | None = None) -> LoadResult:
-    """Send `config.num_requests` streamed requests, `config.concurrency` at a time, and
-    measure each; blocks until done or `config.duration_s` has passed. `tokenizer` counts
-    tokens where the server does not (`models.load_tokenizer`); `prompts` are cycled
-    through. Empty answers, and short ones for fixed-length `params`, count as failures."""
-    return asyncio.run(run_load_async(config, params, tokenizer, prompts, progress))
+             progress: Callable[[], None] | None = None,
+             objectives: Objectives | None = None) -> LoadResult:
+    """Send `config.num_requests` streamed requests, `config.concurrency` at a time or on
+    the schedule of `config.arrivals`, and measure each; blocks until done or
+    `config.duration_s` has passed. `tokenizer` counts tokens where the server does not
+    (`models.load_tokenizer`); `prompts` are cycled through. Empty answers, and short ones
+    for fixed-length `params`, count as failures; `objectives` judge the measured
+    requests."""
+    return asyncio.run(run_load_async(config, params, tokenizer, prompts, progress,
+                                      objectives))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmbench.errors import UserError
+from llmbench.load.schedule import Arrivals
 
 APIS = ("native", "openai")
 # Why a request got no answer at all (beside an HTTP status); `result` names the rest.
@@ -21,7 +22,9 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 
 @dataclass(frozen=True)
 class LoadConfig:
-    """Where to send load, how much, and how long to keep at it."""
+    """Where to send load, how much, and how long to keep at it: `concurrency` requests
+    at a time (closed loop), or on the schedule `arrivals` draws (open loop), the first
+    `warmup` and the last `cooldown` requests sent but left out of the figures."""
 
     url: str = DEFAULT_URL
     api: str = "native"
@@ -31,6 +34,10 @@ class LoadConfig:
     model: str | None = None  # sent as the OpenAI `model` field
     timeout_s: float = 120.0  # per request
     duration_s: float | None = None  # whole run; requests still running then are cut off
+    arrivals: Arrivals | None = None  # open loop; `concurrency` is then not used
+    warmup: int = 0
+    cooldown: int = 0
+    max_lag_s: float = 0.010  # open loop: a p99 lag beyond it means the client fell behind
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -40,5 +47,12 @@ class LoadConfig:
         if self.concurrency < 1 or self.num_requests < 1:
             raise UserError("concurrency and number of requests must be at least 1, got "
                             f"{self.concurrency} and {self.num_requests}")
+        if self.warmup < 0 or self.cooldown < 0 or (
+                self.warmup + self.cooldown >= self.num_requests):
+            raise UserError(f"--warmup {self.warmup} and --cooldown {self.cooldown} leave no "
+                            f"request of {self.num_requests} to measure: send more with "
+                            "--requests, or leave fewer out")
+        if not self.max_lag_s > 0:
+            raise UserError("--max-lag must be positive milliseconds")
         if not self.timeout_s > 0 or (self.duration_s is not None and not self.duration_s > 0):
             raise UserError("--timeout and --duration must be positive seconds")

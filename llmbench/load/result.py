@@ -29,12 +29,23 @@ Timing rules, all measured on the client from just before the request is sent:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from llmbench.load.objectives import (
+    CONFIDENCE,
+    ObjectiveCheck,
+    Objectives,
+    check,
+    level_verdict,
+    within_share,
+)
+from llmbench.load.queueing import QueueTrend, queue_trend
 
 if TYPE_CHECKING:  # only named here
     from llmbench.engine.config import SamplingParams
@@ -90,12 +101,37 @@ class RequestSample:
     num_chunks: int = 0
     reason: str | None = None
     error: str | None = None
+    # Where the request stood in its level: its place in the order sent, when it was due on
+    # an open-loop schedule (None in closed loop) and when it was sent, in seconds from the
+    # level's start, and whether it counts (False in the warm-up and cool-down).
+    index: int | None = None
+    scheduled_s: float | None = None
+    sent_s: float | None = None
+    measured: bool = True
 
     @property
     def tpot_s(self) -> float | None:
         if self.ttft_s is None or self.tokenizer_tokens < 2:
             return None
         return (self.latency_s - self.ttft_s) / (self.tokenizer_tokens - 1)
+
+    @property
+    def lag_s(self) -> float | None:
+        """How late the client sent it against its schedule: the client's own delay,
+        which a server must not be blamed for."""
+        if self.scheduled_s is None or self.sent_s is None:
+            return None
+        return self.sent_s - self.scheduled_s
+
+    def objective_value_s(self, metric: str) -> float:
+        """This request's value of an objective's metric (see `objectives`); infinite for a
+        failed request, which is outside every objective."""
+        if self.error is not None:
+            return math.inf
+        value = {"ttft": self.ttft_s, "itl": self.tpot_s, "e2e": self.latency_s}[metric]
+        # One token has no interval: nothing for an ITL objective to hold against it.
+        return 0.0 if value is None and metric == "itl" else (
+            math.inf if value is None else value)
 
 
 def judged(sample: RequestSample, params: SamplingParams) -> RequestSample:
@@ -124,23 +160,29 @@ def _summary(values: Sequence[float]) -> dict | None:
 
 @dataclass(frozen=True)
 class LoadResult:
-    """One load level: every request's sample, and summaries over the served ones."""
+    """One load level: every request's sample, and summaries over the measured requests
+    (all of them but the warm-up and cool-down) that were served."""
 
     config: LoadConfig
     params: SamplingParams
     duration_s: float  # wall time of the whole level
     samples: tuple[RequestSample, ...]
-    num_cut_off: int = 0  # requests still running when `duration_s` ran out
+    num_cut_off: int = 0  # requests due that had not ended when `duration_s` ran out
+    objectives: Objectives | None = None
+
+    @property
+    def measured(self) -> tuple[RequestSample, ...]:
+        return tuple(s for s in self.samples if s.measured)
 
     @property
     def ok(self) -> tuple[RequestSample, ...]:
-        """The served requests: the goodput's."""
-        return tuple(s for s in self.samples if s.error is None)
+        """The measured requests that were served: the goodput's."""
+        return tuple(s for s in self.measured if s.error is None)
 
     @property
     def num_requests(self) -> int:
-        """Requests started, cut-off ones included."""
-        return len(self.samples) + self.num_cut_off
+        """Measured requests, cut-off ones included."""
+        return len(self.measured) + self.num_cut_off
 
     @property
     def num_errors(self) -> int:
@@ -148,7 +190,7 @@ class LoadResult:
 
     @property
     def errors_by_reason(self) -> dict[str, int]:
-        counts = Counter(s.reason for s in self.samples if s.error is not None)
+        counts = Counter(s.reason for s in self.measured if s.error is not None)
         if self.num_cut_off:
             counts[CUT_OFF] = self.num_cut_off
         return dict(counts.most_common())
@@ -174,6 +216,11 @@ class LoadResult:
         return [s.server_decode_s for s in self.ok if s.server_decode_s is not None]
 
     @property
+    def lag_s(self) -> list[float]:
+        """The client's delay behind its schedule, for every request it sent."""
+        return [s.lag_s for s in self.samples if s.lag_s is not None]
+
+    @property
     def serving_overhead(self) -> float | None:
         """ITL p50 seen by the client over the server's own decode p50 for the same
         requests: what HTTP, streaming and the event loop add to each token (1.0: nothing).
@@ -192,34 +239,127 @@ class LoadResult:
         return sum(s.output_tokens for s in self.ok)
 
     @property
+    def window_s(self) -> float:
+        """The time the throughputs are over. Closed loop: the whole level. Open loop: from
+        the first measured request's send to the last one's end (to the level's end when
+        some were cut off), so the warm-up's and cool-down's time is left out too."""
+        sent = [s for s in self.measured if s.sent_s is not None]
+        if self.config.arrivals is None or not sent:
+            return self.duration_s
+        end = (self.duration_s if self.num_cut_off
+               else max(s.sent_s + s.latency_s for s in sent))
+        return max(end - min(s.sent_s for s in sent), 0.0)
+
+    def _per_second(self, count: float) -> float:
+        return count / self.window_s if self.window_s > 0 else 0.0
+
+    @property
     def request_throughput(self) -> float:
-        """Served requests per second over the whole level."""
-        return len(self.ok) / self.duration_s if self.duration_s > 0 else 0.0
+        """Served measured requests per second over `window_s`."""
+        return self._per_second(len(self.ok))
 
     @property
     def token_throughput(self) -> float:
-        """Served requests' output tokens per second over the whole level."""
-        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
+        """Served measured requests' output tokens per second over `window_s`."""
+        return self._per_second(self.output_tokens)
+
+    @property
+    def offered_rate(self) -> float | None:
+        """Open loop: the measured requests' rate as scheduled (the rate asked for, as this
+        seed drew it)."""
+        due = sorted(s.scheduled_s for s in self.measured if s.scheduled_s is not None)
+        if len(due) < 2 or due[-1] <= due[0]:
+            return None
+        return (len(due) - 1) / (due[-1] - due[0])
+
+    @property
+    def client_kept_schedule(self) -> bool:
+        """False when the client's p99 lag behind its schedule exceeded
+        `config.max_lag_s`: the rate offered was then lower than asked for, so the
+        level says nothing about the server at that rate."""
+        lags = self.lag_s
+        return not lags or float(np.percentile(lags, 99)) <= self.config.max_lag_s
+
+    @property
+    def queue(self) -> QueueTrend | None:
+        """Open loop: whether the server's queue grew through the level (`queueing`)."""
+        if self.config.arrivals is None:
+            return None
+        return queue_trend([s.ttft_s for s in sorted(self.ok, key=lambda s: s.index or 0)
+                            if s.ttft_s is not None])
+
+    def objective_checks(self) -> list[ObjectiveCheck]:
+        if self.objectives is None:
+            return []
+        failed = [math.inf] * self.num_cut_off
+        return [check(metric, limit, [s.objective_value_s(metric) for s in self.measured]
+                      + failed, self.objectives.percentile)
+                for metric, limit in self.objectives.limits_ms.items()]
+
+    @property
+    def num_within_objectives(self) -> int:
+        """Measured requests served within every objective."""
+        if self.objectives is None:
+            return len(self.ok)
+        limits = self.objectives.limits_ms
+        return sum(all(s.objective_value_s(m) * 1e3 <= limit for m, limit in limits.items())
+                   for s in self.ok)
+
+    def _objectives_summary(self) -> dict | None:
+        if self.objectives is None:
+            return None
+        checks = self.objective_checks()
+        share, low, high = within_share(self.num_within_objectives, self.num_requests)
+        return {"percentile": self.objectives.percentile, "confidence": CONFIDENCE,
+                "minimum_requests": self.objectives.minimum_requests,
+                "checks": [asdict(c) for c in checks],
+                "verdict": level_verdict(checks, sustained=not (self.queue and
+                                                                self.queue.growing)),
+                "goodput_request_rate": self._per_second(self.num_within_objectives),
+                "num_within": self.num_within_objectives,
+                "within_share": share, "within_share_ci": [low, high]}
 
     def summary(self) -> dict:
-        """Milliseconds (mean, p50, p90, p99) and throughputs over the served requests;
-        failures counted per reason, and their distinct messages."""
-        return {"concurrency": self.config.concurrency, "num_requests": self.num_requests,
+        """Milliseconds (mean, p50, p90, p99) and throughputs over the served measured
+        requests; failures counted per reason, and their distinct messages; with an
+        open-loop schedule the client's lag, with objectives their checks and goodput."""
+        arrivals = self.config.arrivals
+        return {"load": (arrivals.describe() if arrivals is not None
+                         else f"concurrency {self.config.concurrency}"),
+                "concurrency": None if arrivals is not None else self.config.concurrency,
+                "rate": None if arrivals is None else arrivals.rate,
+                "offered_rate": self.offered_rate,
+                "num_requests": self.num_requests,
+                "num_left_out": len(self.samples) - len(self.measured),
                 "num_ok": len(self.ok), "num_errors": self.num_errors,
                 "is_mostly_failed": self.is_mostly_failed,
                 "errors_by_reason": self.errors_by_reason, "num_cut_off": self.num_cut_off,
-                "duration_s": self.duration_s, "request_throughput": self.request_throughput,
+                "duration_s": self.duration_s, "window_s": self.window_s,
+                "request_throughput": self.request_throughput,
                 "token_throughput": self.token_throughput, "output_tokens": self.output_tokens,
                 "tokens_counted_by": dict(Counter(s.counted_by for s in self.ok)),
                 "ttft_ms": _summary(self.ttft_s), "itl_ms": _summary(self.itl_s),
                 "tpot_ms": _summary(self.tpot_s), "latency_ms": _summary(self.latency_s),
                 "server_decode_ms": _summary(self.server_decode_s),
                 "serving_overhead": self.serving_overhead,
+                "lag_ms": _lag_summary(self.lag_s),
+                "client_kept_schedule": self.client_kept_schedule,
+                "queue": None if self.queue is None else asdict(self.queue),
+                "objectives": self._objectives_summary(),
                 "errors": sorted({s.error for s in self.samples if s.error})}
 
     def to_dict(self) -> dict:
         return {"config": asdict(self.config), "params": asdict(self.params),
+                "objectives": None if self.objectives is None else asdict(self.objectives),
                 "summary": self.summary(), "samples": [asdict(s) for s in self.samples]}
+
+
+def _lag_summary(lags: Sequence[float]) -> dict | None:
+    if not lags:
+        return None
+    array = np.asarray(lags, dtype=float) * 1e3
+    return {"p50": float(np.percentile(array, 50)), "p99": float(np.percentile(array, 99)),
+            "max": float(array.max())}
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -228,7 +368,8 @@ def _counts(counts: dict[str, int]) -> str:
 
 def summary_line(summary: dict) -> str:
     """One level in a line: served and failed requests (a level where most failed says so
-    first), goodput, percentiles over the served requests, and whose token count was used."""
+    first), throughput, percentiles over the served requests, and whose token count was
+    used; then, indented, a client that fell behind its schedule and each objective."""
     def ms(name: str) -> str:
         s = summary[name]
         return "-" if s is None else f"{s['p50']:.1f}/{s['p99']:.1f}"
@@ -239,13 +380,59 @@ def summary_line(summary: dict) -> str:
                 f"({_counts(reasons)}), {ok} ok")
     else:
         head = f"{ok} ok, {errors} errors" + (f" ({_counts(reasons)})" if errors else "")
+    if summary["num_left_out"]:
+        head += f", {summary['num_left_out']} left out (warm-up and cool-down)"
     counted = summary["tokens_counted_by"]
     by = ", ".join(f"the {name}" + (f" ({n})" if len(counted) > 1 else "")
                    for name, n in counted.items())
-    return (f"concurrency {summary['concurrency']}: {head}; goodput "
+    line = (f"{summary['load']}: {head}; served "
             f"{summary['token_throughput']:.1f} tokens/s, "
             f"{summary['request_throughput']:.2f} req/s; ms p50/p99: TTFT {ms('ttft_ms')}, "
             f"ITL {ms('itl_ms')}, TPOT {ms('tpot_ms')}, latency {ms('latency_ms')}"
             + (f"; tokens counted by {by}" if by else "")
             + (f"; serving overhead x{overhead:.2f} (ITL p50 / the server's own decode p50)"
                if (overhead := summary.get("serving_overhead")) is not None else ""))
+    lines = [line]
+    lag = summary.get("lag_ms")
+    if lag is not None and not summary["client_kept_schedule"]:
+        lines.append(f"  CLIENT BEHIND SCHEDULE: the client sent its requests up to "
+                     f"{lag['p99']:.1f} ms late (p99; max {lag['max']:.1f} ms), so the rate "
+                     "offered was lower than asked: this level says nothing about the server")
+    elif lag is not None:
+        lines.append(f"  client on schedule: lag p50 {lag['p50']:.2f} ms, p99 "
+                     f"{lag['p99']:.2f} ms")
+    queue = summary.get("queue")
+    if queue is not None and queue["growing"]:
+        lines.append(f"  QUEUE GROWING: TTFT x{queue['ratio']:.2f} from the first quarter of "
+                     f"the level to the last (Kendall's tau, p={queue['p_value']:.1g}): the "
+                     "server did not keep up with this rate, and a longer level would miss "
+                     "any objective")
+    if (objectives := summary.get("objectives")) is not None:
+        lines.append("  " + objectives_line(objectives, summary["num_requests"]))
+    return "\n".join(lines)
+
+
+def _check_text(check: dict, percentile: float) -> str:
+    def fmt(value: float | None) -> str:
+        return "?" if value is None else f"{value:.0f}"
+
+    interval = f"[{fmt(check['low_ms'])}, {fmt(check['high_ms'])}]"
+    return (f"{check['metric']} p{percentile:g} {fmt(check['value_ms'])} ms {interval} "
+            f"vs {check['limit_ms']:g}: {check['verdict']}")
+
+
+def objectives_line(objectives: dict, num_requests: int) -> str:
+    """The objectives of one level in a line: the verdict, goodput, and each check with
+    its interval (99% confidence); a percentile too few requests can bound says so."""
+    percentile = objectives["percentile"]
+    low, high = objectives["within_share_ci"]
+    text = (f"objectives {objectives['verdict'].upper()}: goodput "
+            f"{objectives['goodput_request_rate']:.2f} req/s ({objectives['num_within']} of "
+            f"{num_requests} within every objective, {objectives['within_share']:.1%} "
+            f"[{low:.1%}, {high:.1%}]); "
+            + "; ".join(_check_text(c, percentile) for c in objectives["checks"]))
+    if num_requests < objectives["minimum_requests"]:
+        text += (f" (a p{percentile:g} needs at least {objectives['minimum_requests']} "
+                 f"measured requests to be claimed at {objectives['confidence']:.0%} "
+                 "confidence)")
+    return text

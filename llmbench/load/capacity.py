@@ -1,0 +1,119 @@
+"""The highest arrival rate a server holds within its objectives: its capacity.
+
+The search is GuideLLM's: from a starting rate, double while each level meets the
+objectives (halve while it does not, until one does), then bisect between the highest rate
+met and the lowest not met, geometrically, until they are within `tolerance` of each other.
+Each rate is one open-loop level of the same seeded schedule shape. A level counts as met
+only when every objective was met with 99% confidence (`objectives`): an uncertain level
+counts as not met, so the capacity claimed is one the measurements support, never a guess
+that happened to pass. The answer is the bracket [highest met, lowest not met]: the
+capacity lies within it, as far as monotone latency lets a search say.
+
+The search stops early, and says why, when its time budget would be overrun by the next
+level (each level takes about requests / rate seconds, and as long again as the last
+level took to drain its queue), when no rate down to 1/64 of the
+start was met, or when the client could not keep a level's schedule: the client, not the
+server, was then the bottleneck, and a higher rate would say nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from llmbench.errors import UserError
+from llmbench.load.objectives import MET
+from llmbench.load.result import LoadResult
+
+NARROW, BUDGET, NONE_MET, CLIENT_BEHIND = (
+    "bracket narrow enough", "time budget spent", "no rate met the objectives",
+    "the client could not keep the schedule")
+LOWEST_START_FRACTION = 1 / 64
+
+
+@dataclass(frozen=True)
+class Search:
+    """How to search: where to start, when the bracket is narrow enough, how long at most."""
+
+    start_rate: float = 1.0
+    tolerance: float = 0.10  # stop when lowest not met / highest met <= 1 + tolerance
+    budget_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not self.start_rate > 0 or not self.tolerance > 0 or not self.budget_s > 0:
+            raise UserError("the capacity search needs a positive start rate, tolerance and "
+                            "time budget")
+
+
+@dataclass
+class Capacity:
+    """The search's answer: the bracket, every level it ran (in order), and why it ended."""
+
+    met_rate: float | None = None  # the highest rate met: the capacity claimed
+    missed_rate: float | None = None  # the lowest rate not met
+    levels: list[LoadResult] = field(default_factory=list)
+    stopped: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"capacity_rate": self.met_rate, "not_met_rate": self.missed_rate,
+                "stopped": self.stopped, "seconds": self.seconds,
+                "rates_tried": [level.config.arrivals.rate for level in self.levels]}
+
+    def line(self) -> str:
+        """The answer in one line."""
+        took = f"{len(self.levels)} levels in {self.seconds:.0f} s"
+        if self.met_rate is None:
+            return f"capacity: NONE FOUND ({self.stopped}; {took})"
+        above = ("no rate above it was tried" if self.missed_rate is None
+                 else f"not met at {self.missed_rate:.3g} req/s")
+        return (f"capacity: {self.met_rate:.3g} req/s within the objectives ({above}; the "
+                f"capacity lies in [{self.met_rate:.3g}, "
+                f"{self.missed_rate if self.missed_rate is not None else math.inf:.3g}]; "
+                f"{self.stopped}; {took})")
+
+
+def level_met(result: LoadResult) -> bool:
+    summary = result.summary()["objectives"]
+    return summary is not None and summary["verdict"] == MET
+
+
+def find_capacity(run_level: Callable[[float], LoadResult], search: Search,
+                  seconds_per_level: Callable[[float], float],
+                  clock: Callable[[], float] = time.monotonic) -> Capacity:
+    """Search as the module says. `run_level(rate)` runs one open-loop level with
+    objectives; `seconds_per_level(rate)` estimates how long one takes, for the budget."""
+    answer = Capacity()
+    begin = clock()
+    rate = search.start_rate
+    drain = 0.0  # how long the last level ran past its schedule: queued requests ending
+    while True:
+        if clock() - begin + seconds_per_level(rate) + drain > search.budget_s and answer.levels:
+            answer.stopped = BUDGET
+            break
+        result = run_level(rate)
+        answer.levels.append(result)
+        drain = max(result.duration_s - seconds_per_level(rate), 0.0)
+        if not result.client_kept_schedule:
+            answer.stopped = CLIENT_BEHIND
+            break
+        if level_met(result):
+            answer.met_rate = rate
+        else:
+            answer.missed_rate = rate
+        if answer.met_rate is None:
+            if rate <= search.start_rate * LOWEST_START_FRACTION:
+                answer.stopped = NONE_MET
+                break
+            rate /= 2
+        elif answer.missed_rate is None:
+            rate *= 2
+        elif answer.missed_rate / answer.met_rate <= 1 + search.tolerance:
+            answer.stopped = NARROW
+            break
+        else:
+            rate = math.sqrt(answer.met_rate * answer.missed_rate)
+    answer.seconds = clock() - begin
+    return answer

@@ -1,0 +1,367 @@
+"""Open-loop load: seeded arrival schedules, objectives judged with confidence, goodput,
+warm-up and cool-down, the client's lag, the capacity search, and the CLI that drives them
+against a live tiny server."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from llmbench import cli
+from llmbench.engine.config import EngineConfig, SamplingParams
+from llmbench.engine.models import load_model
+from llmbench.errors import UserError
+from llmbench.load.capacity import (
+    BUDGET,
+    CLIENT_BEHIND,
+    NARROW,
+    NONE_MET,
+    Search,
+    find_capacity,
+)
+from llmbench.load.client import run_load
+from llmbench.load.config import LoadConfig
+from llmbench.load.objectives import (
+    MET,
+    MISSED,
+    NOT_SUSTAINED,
+    UNCERTAIN,
+    Objectives,
+    check,
+    parse_objectives,
+)
+from llmbench.load.result import LoadResult, RequestSample, summary_line
+from llmbench.load.schedule import Arrivals
+from llmbench.serve.app import ServerSettings, create_app, running_server
+
+# -- the schedule ------------------------------------------------------------------------
+
+
+def test_a_seeded_schedule_repeats_and_another_seed_differs():
+    first = Arrivals(rate=4.0, seed=7).offsets(50)
+    assert np.array_equal(first, Arrivals(rate=4.0, seed=7).offsets(50))
+    assert not np.array_equal(first, Arrivals(rate=4.0, seed=8).offsets(50))
+    assert first[0] == 0.0 and np.all(np.diff(first) >= 0)
+
+
+def test_a_level_offers_exactly_its_rate_whatever_the_draw():
+    for seed in range(5):
+        offsets = Arrivals(rate=8.0, seed=seed).offsets(48)
+        assert offsets[-1] == pytest.approx(47 / 8.0)
+
+
+def test_constant_arrivals_are_evenly_spaced():
+    assert Arrivals(rate=5.0, arrival="constant").offsets(4) == pytest.approx(
+        [0.0, 0.2, 0.4, 0.6])
+
+
+@pytest.mark.parametrize(("arrival", "burstiness", "cv"),
+                         [("poisson", 1.0, 1.0), ("gamma", 0.25, 2.0), ("gamma", 4.0, 0.5)])
+def test_arrivals_keep_the_rate_and_burstiness_sets_the_spread(arrival, burstiness, cv):
+    # Gamma gaps with shape k have a coefficient of variation of 1/sqrt(k); Poisson is k=1.
+    gaps = np.diff(Arrivals(rate=10.0, arrival=arrival, burstiness=burstiness,
+                            seed=3).offsets(40_001))
+    assert gaps.mean() == pytest.approx(0.1, rel=0.05)
+    assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.05)
+
+
+def test_a_bad_schedule_is_refused_in_one_line():
+    with pytest.raises(UserError, match="--rate must be a positive"):
+        Arrivals(rate=0)
+    with pytest.raises(UserError, match="add --arrival gamma"):
+        Arrivals(rate=1, burstiness=0.5)
+    with pytest.raises(UserError, match="unknown arrival"):
+        Arrivals(rate=1, arrival="bursty")
+
+
+# -- objectives ---------------------------------------------------------------------------
+
+
+def test_objectives_parse_and_bad_ones_say_what_is_wrong():
+    objectives = parse_objectives("ttft=500, tpot=40,e2e=4000", 90)
+    assert objectives.limits_ms == {"ttft": 500.0, "itl": 40.0, "e2e": 4000.0}
+    assert objectives.describe() == "p90 ttft 500 ms, itl 40 ms, e2e 4000 ms"
+    for bad, message in [("ttft", "METRIC=MS"), ("speed=3", "METRIC=MS"),
+                         ("ttft=-1", "positive"), ("ttft=abc", "positive"),
+                         ("ttft=1,ttft=2", "twice"), ("", "at least one")]:
+        with pytest.raises(UserError, match=message):
+            parse_objectives(bad)
+    with pytest.raises(UserError, match="between 0 and 100"):
+        Objectives({"ttft": 1.0}, percentile=100)
+
+
+def test_the_fewest_requests_that_can_claim_a_percentile_follow_mlperf():
+    # LoadGen's early stopping: 459 queries, none over the limit, for a p99 at 99%.
+    assert Objectives({"ttft": 1.0}, 99).minimum_requests == 459
+    assert Objectives({"ttft": 1.0}, 90).minimum_requests == 44
+    assert Objectives({"ttft": 1.0}, 50).minimum_requests == 7
+
+
+def test_an_objective_is_met_missed_or_uncertain_by_its_interval():
+    fast = [0.100] * 459
+    assert check("ttft", 200, fast, 99).verdict == MET
+    too_few = check("ttft", 200, fast[:458], 99)
+    assert too_few.verdict == UNCERTAIN and too_few.high_ms is None
+    assert check("ttft", 200, [0.300] * 100, 99).verdict == MISSED
+    # Ten failures in 459 put the true p99 beyond reach of the limit: not met.
+    with_failures = check("ttft", 200, fast[:449] + [math.inf] * 10, 99)
+    assert with_failures.verdict != MET
+    # Half the requests slow: the p50 cannot be called either way at this limit.
+    split = check("e2e", 1000, [0.5] * 50 + [2.0] * 50, 50)
+    assert split.verdict == UNCERTAIN and split.low_ms == 500 and split.high_ms == 2000
+
+
+# -- a level's figures ---------------------------------------------------------------------
+
+
+def _sample(index: int, ttft: float, latency: float, tokens: int = 5, sent: float = 0.0,
+            scheduled: float | None = 0.0, measured: bool = True) -> RequestSample:
+    return RequestSample(latency_s=latency, ttft_s=ttft, itl_s=(0.01,) * (tokens - 1),
+                         output_tokens=tokens, counted_by="server", tokenizer_tokens=tokens,
+                         server_output_tokens=tokens, index=index, scheduled_s=scheduled,
+                         sent_s=sent, measured=measured)
+
+
+def _open_level(samples, objectives=None, max_lag_s=0.010) -> LoadResult:
+    config = LoadConfig(url="http://127.0.0.1:1", num_requests=len(samples),
+                        arrivals=Arrivals(rate=10.0), max_lag_s=max_lag_s,
+                        warmup=sum(1 for s in samples[:1] if not s.measured))
+    return LoadResult(config, SamplingParams(max_new_tokens=5), 9.0, tuple(samples),
+                      objectives=objectives)
+
+
+def test_warmup_and_cooldown_are_sent_but_left_out_of_every_figure():
+    samples = ([_sample(0, 5.0, 9.0, measured=False)]
+               + [_sample(i, 0.1, 0.5, sent=float(i), scheduled=float(i)) for i in range(1, 5)]
+               + [_sample(5, 5.0, 9.0, sent=5.0, scheduled=5.0, measured=False)])
+    summary = _open_level(samples).summary()
+    assert (summary["num_requests"], summary["num_ok"], summary["num_left_out"]) == (4, 4, 2)
+    assert summary["ttft_ms"]["p99"] == pytest.approx(100.0)
+    # The throughput is over the measured requests' own window: sent at 1 s, last end 4.5 s.
+    assert summary["window_s"] == pytest.approx(3.5)
+    assert summary["request_throughput"] == pytest.approx(4 / 3.5)
+    assert summary["offered_rate"] == pytest.approx(1.0)
+    assert summary_line(summary).startswith(
+        "rate 10 req/s (poisson): 4 ok, 0 errors, 2 left out (warm-up and cool-down)")
+
+
+def test_goodput_counts_requests_within_every_objective():
+    objectives = Objectives({"ttft": 200.0, "e2e": 1000.0}, percentile=50)
+    samples = ([_sample(i, 0.1, 0.5, sent=i * 0.1, scheduled=i * 0.1) for i in range(38)]
+               + [_sample(38, 0.1, 3.0, sent=3.8, scheduled=3.8),  # e2e over
+                  _sample(39, 0.5, 0.9, sent=3.9, scheduled=3.9)])  # ttft over
+    result = _open_level(samples, objectives)
+    summary = result.summary()["objectives"]
+    assert summary["num_within"] == 38 and summary["within_share"] == pytest.approx(0.95)
+    assert summary["within_share_ci"][0] < 0.95 < summary["within_share_ci"][1]
+    assert summary["goodput_request_rate"] == pytest.approx(38 / result.window_s)
+    assert summary["verdict"] == MET
+    line = summary_line(result.summary())
+    assert "objectives MET: goodput" in line and "38 of 40 within every objective" in line
+    assert "ttft p50 100 ms [100, 100] vs 200: met" in line
+    # Ten requests cannot bound their p50 tightly enough to call it: the interval says so.
+    few = _open_level(samples[:8] + samples[38:], objectives).summary()["objectives"]
+    assert few["verdict"] == UNCERTAIN
+
+
+def test_a_client_behind_its_schedule_is_named_not_blamed_on_the_server():
+    late = [_sample(i, 0.1, 0.5, sent=i * 0.1 + 0.05, scheduled=i * 0.1) for i in range(5)]
+    result = _open_level(late)
+    assert not result.client_kept_schedule
+    assert "CLIENT BEHIND SCHEDULE" in summary_line(result.summary())
+    assert result.summary()["lag_ms"]["p50"] == pytest.approx(50.0)
+    on_time = _open_level([_sample(i, 0.1, 0.5, sent=i * 0.1 + 1e-4, scheduled=i * 0.1)
+                           for i in range(5)])
+    assert on_time.client_kept_schedule
+    assert "client on schedule: lag p50 0.10 ms" in summary_line(on_time.summary())
+
+
+def test_a_queue_that_grows_through_the_level_is_not_sustained():
+    objectives = Objectives({"ttft": 5000.0}, percentile=50)
+    # Each request waits 50 ms longer than the one before: a server behind its arrivals.
+    growing = [_sample(i, 0.1 + 0.05 * i, 0.2 + 0.05 * i, sent=i * 0.1, scheduled=i * 0.1)
+               for i in range(40)]
+    result = _open_level(growing, objectives)
+    assert result.queue.growing and result.queue.ratio > 1.5
+    assert result.summary()["objectives"]["verdict"] == NOT_SUSTAINED
+    assert "QUEUE GROWING" in summary_line(result.summary())
+    # A steady server whose TTFT wobbles: no trend, no growth.
+    rng = np.random.default_rng(1)
+    steady = [_sample(i, 0.1 + 0.02 * rng.random(), 0.3, sent=i * 0.1, scheduled=i * 0.1)
+              for i in range(40)]
+    assert not _open_level(steady, objectives).queue.growing
+    assert _open_level(steady, objectives).summary()["objectives"]["verdict"] == MET
+    # A small trend is not growth, however significant.
+    creeping = [_sample(i, 0.1 + 0.001 * i, 0.3, sent=i * 0.1, scheduled=i * 0.1)
+                for i in range(40)]
+    assert not _open_level(creeping, objectives).queue.growing
+
+
+# -- the capacity search -------------------------------------------------------------------
+
+
+class FakeServer:
+    """A server that holds its objectives up to `capacity` requests per second; each level
+    advances a fake clock by requests / rate, and a second to drain."""
+
+    def __init__(self, capacity: float, lag_from: float = math.inf):
+        self.capacity, self.lag_from, self.now, self.rates = capacity, lag_from, 0.0, []
+        self.objectives = Objectives({"e2e": 1000.0}, percentile=90)
+
+    def run(self, rate: float) -> LoadResult:
+        self.rates.append(rate)
+        n = self.objectives.minimum_requests
+        self.now += n / rate + 1.0
+        latency = 0.2 if rate <= self.capacity else 5.0
+        lag = 0.0 if rate < self.lag_from else 0.5
+        samples = [_sample(i, 0.05, latency, sent=i / rate + lag, scheduled=i / rate)
+                   for i in range(n)]
+        config = LoadConfig(url="http://127.0.0.1:1", num_requests=n,
+                            arrivals=Arrivals(rate=rate))
+        return LoadResult(config, SamplingParams(max_new_tokens=5), n / rate + 1.0,
+                          tuple(samples), objectives=self.objectives)
+
+
+def _search(server: FakeServer, **search):
+    return find_capacity(server.run, Search(**search), lambda rate: 44 / rate,
+                         clock=lambda: server.now)
+
+
+def test_the_search_doubles_then_bisects_to_a_bracket_around_the_capacity():
+    server = FakeServer(capacity=13.0)
+    answer = _search(server, start_rate=1.0, tolerance=0.1)
+    assert server.rates[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert answer.met_rate <= 13.0 < answer.missed_rate
+    assert answer.missed_rate / answer.met_rate <= 1.1
+    assert answer.stopped == NARROW
+    assert "capacity: " in answer.line() and "bracket narrow enough" in answer.line()
+
+
+def test_the_search_halves_from_a_start_above_the_capacity():
+    server = FakeServer(capacity=3.0)
+    answer = _search(server, start_rate=50.0)
+    assert server.rates[:5] == [50.0, 25.0, 12.5, 6.25, 3.125]
+    assert answer.met_rate <= 3.0 < answer.missed_rate
+
+
+def test_the_search_says_when_nothing_was_met_or_time_ran_out():
+    nothing = _search(FakeServer(capacity=0.001), start_rate=1.0, budget_s=1e6)
+    assert nothing.met_rate is None and nothing.stopped == NONE_MET
+    assert nothing.line().startswith("capacity: NONE FOUND (no rate met")
+    server = FakeServer(capacity=1e9)
+    short = _search(server, start_rate=1.0, budget_s=100.0)
+    assert short.stopped == BUDGET and short.missed_rate is None
+    assert server.now <= 100.0
+
+
+def test_the_search_stops_where_the_client_falls_behind():
+    server = FakeServer(capacity=1e9, lag_from=8.0)
+    answer = _search(server, start_rate=1.0)
+    assert answer.stopped == CLIENT_BEHIND and answer.met_rate == 4.0
+    assert server.rates == [1.0, 2.0, 4.0, 8.0]
+
+
+# -- against a live server -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return load_model(EngineConfig(model="tiny", device="cpu"))
+
+
+@pytest.fixture(scope="module")
+def live(lm):
+    with running_server(create_app(lm, ServerSettings(max_new_tokens_cap=64))) as url:
+        yield url
+
+
+def test_the_same_seed_sends_the_same_requests_at_the_same_offsets(live, lm):
+    config = LoadConfig(url=live, num_requests=10, arrivals=Arrivals(rate=20.0, seed=5),
+                        warmup=2, cooldown=1)
+    params = SamplingParams(max_new_tokens=3, ignore_eos=True)
+    prompts = ["Hi", "What is a cache?", "Name a color."]
+    runs = [run_load(config, params, lm.tokenizer, prompts) for _ in range(2)]
+    expected = Arrivals(rate=20.0, seed=5).offsets(10)
+    for result in runs:
+        assert [s.index for s in result.samples] == list(range(10))
+        assert [s.scheduled_s for s in result.samples] == pytest.approx(expected)
+        assert [s.measured for s in result.samples] == [False] * 2 + [True] * 7 + [False]
+        # Sent no earlier than due (the event loop's clock may round by a hair).
+        assert all(s.lag_s > -1e-3 for s in result.samples)
+        assert result.num_errors == 0 and result.summary()["lag_ms"] is not None
+    assert [s.input_tokens for s in runs[0].samples] == [s.input_tokens
+                                                         for s in runs[1].samples]
+
+
+def _load(argv: list[str]) -> int:
+    # --max-lag: these check what the command does, not how well a busy test machine keeps
+    # a schedule (the lag's own rule is tested above).
+    return cli.main(["load", "--model", "tiny", "--max-new-tokens", "3", "--fixed-length",
+                     "--max-lag", "1000", *argv])
+
+
+def test_cli_open_loop_writes_records_and_a_plot(live, tmp_path, capsys):
+    out, records, plot = tmp_path / "load.json", tmp_path / "r.jsonl", tmp_path / "p.png"
+    code = _load(["--url", live, "--rate", "10,20", "--requests", "6", "--warmup", "1",
+                  "--output", str(out), "--records", str(records), "--plot", str(plot)])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "rate 10 req/s (poisson): 5 ok, 0 errors, 1 left out" in err
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    assert len(lines) == 12 and {line["level"] for line in lines} == {0, 1}
+    assert all(line["scheduled_s"] is not None and "ttft_s" in line for line in lines)
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    document = json.loads(out.read_text())
+    assert [lv["config"]["arrivals"]["rate"] for lv in document["levels"]] == [10.0, 20.0]
+    # Nothing written is ever overwritten.
+    assert _load(["--url", live, "--rate", "10", "--requests", "2",
+                  "--records", str(records)]) == 2
+    assert "r.jsonl exists" in capsys.readouterr().err
+
+
+def test_cli_objectives_decide_the_exit_code(live, capsys):
+    assert _load(["--url", live, "--rate", "20", "--slo", "e2e=60000",
+                  "--slo-percentile", "50"]) == 0
+    captured = capsys.readouterr()
+    assert "objectives MET" in captured.err
+    # The default request count is the fewest that can claim the percentile: 7 for a p50.
+    assert json.loads(captured.out)["levels"][0]["summary"]["num_requests"] == 7
+    assert _load(["--url", live, "--rate", "20", "--slo", "ttft=0.001",
+                  "--slo-percentile", "50"]) == 1
+    err = capsys.readouterr().err
+    assert "objectives MISSED" in err
+    assert "llmbench load: objectives not met at rate 20 req/s (poisson)" in err
+
+
+def test_cli_finds_a_capacity_within_its_budget(live, capsys):
+    code = _load(["--url", live, "--find-capacity", "--slo", "e2e=60000",
+                  "--slo-percentile", "50", "--rate", "4", "--capacity-budget", "3s"])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "capacity: " in captured.err
+    capacity = json.loads(captured.out)["capacity"]
+    assert capacity["capacity_rate"] >= 4.0 and capacity["rates_tried"][0] == 4.0
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--find-capacity"], "add --slo"),
+    (["--arrival", "gamma"], "add --rate"),
+    (["--rate", "1", "--burstiness", "0.5"], "add --arrival gamma"),
+    (["--rate", "1", "--slo", "ttft=100", "--requests", "100"],
+     "needs at least 459 measured requests"),
+    (["--rate", "1", "--requests", "4", "--warmup", "2", "--cooldown", "2"],
+     "leave no request of 4 to measure"),
+    (["--find-capacity", "--slo", "ttft=100", "--rate", "1,2"], "one starting rate"),
+])
+def test_cli_bad_load_flags_are_one_line_and_exit_2(argv, message, capsys):
+    assert _load(["--url", "http://127.0.0.1:9", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_cli_rate_and_concurrency_do_not_mix(capsys):
+    with pytest.raises(SystemExit) as exited:
+        _load(["--rate", "1", "--concurrency", "2"])
+    assert exited.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
