@@ -433,3 +433,17 @@ def test_one_benchmark_across_testbeds_gets_a_page_with_a_line_for_each(tmp_path
     monkeypatch.setenv("LLMBENCH_TESTBED_FIELDS", "logical_cpus")  # one pool of 2-CPU VMs
     build_site(tmp_path / "b", tmp_path / "site")
     assert len(re.findall(r"<tr><td>", page.read_text(encoding="utf-8"))) == 2
+
+
+def test_the_across_testbeds_figure_takes_dates_with_and_without_a_zone(tmp_path):
+    """Runs saved by older pytest-benchmark versions carry naive datetimes; beside aware ones
+    they are read as UTC, as everywhere else, not left for matplotlib to refuse."""
+    from llmbench.dashboard.collect import Across, Line
+    from llmbench.dashboard.figures import across_figure
+
+    lines = (Line("cpu float32", "cpu", "xeon", (("2026-12-01T10:00:00", 0.2),
+                                                 ("2026-12-02T10:00:00+00:00", 0.21))),
+             Line("cpu bfloat16", "cpu-bf16", "epyc", (("2026-12-01T11:00:00+01:00", 0.1),
+                                                       (None, 0.1), ("not a date", 0.1))))
+    path = across_figure(Across("test_decode", "test_decode", lines), tmp_path / "a.svg")
+    assert path.read_text().lstrip().startswith("<?xml")

@@ -16,6 +16,7 @@ from llmbench import runs
 from llmbench.dashboard.collect import Across, Benchmark
 from llmbench.history.plot import DENSE_POINTS, draw_panel
 from llmbench.history.series import run_label
+from llmbench.runs.location import moment
 
 SPARK_WIDTH, SPARK_HEIGHT = 120, 28
 
@@ -82,17 +83,12 @@ def history_figure(bench: Benchmark, path: Path) -> Path:
 def across_figure(across: Across, path: Path) -> Path:
     """One benchmark's medians on each kind of machine over time (log scale: equal ratios
     look equal), a line per environment and testbed; runs without a date at the end."""
-    import datetime as dt
-
     fig = Figure(figsize=(9, 4.2), layout="constrained")
     ax = fig.add_subplot()
     for line in across.lines:
-        whens = []
-        for when, _ in line.points:
-            try:
-                whens.append(dt.datetime.fromisoformat(when) if when else None)
-            except ValueError:
-                whens.append(None)
+        # Aware moments, one rule for every run: a naive stamp beside an aware one would
+        # stop matplotlib from placing both on one axis.
+        whens = [moment(when) for when, _ in line.points]
         dated = [(w, m) for w, (_, m) in zip(whens, line.points, strict=True) if w is not None]
         if not dated:
             continue

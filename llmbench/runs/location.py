@@ -178,9 +178,9 @@ def saved_history(baseline: Run, candidate: Run | None = None) -> list[Run]:
     out: it is what is being judged (and was not saved yet when the suite judged it). So are
     runs made after it: a saved run is judged later (`llmbench compare`, `report`) against
     the noise the suite knew when it judged it, so both give the same verdicts."""
-    made = _moment(candidate.datetime) if candidate is not None else None
+    made = moment(candidate.datetime) if candidate is not None else None
     return [run for run in _environment_history(baseline, candidate)
-            if made is None or (when := _moment(run.datetime)) is None or when <= made]
+            if made is None or (when := moment(run.datetime)) is None or when <= made]
 
 
 def _environment_history(baseline: Run, candidate: Run | None) -> list[Run]:
@@ -200,7 +200,7 @@ def _environment_history(baseline: Run, candidate: Run | None) -> list[Run]:
             if run.path is None or Path(run.path).resolve() != skip]
 
 
-def _moment(stamp: str | None) -> datetime.datetime | None:
+def moment(stamp: str | None) -> datetime.datetime | None:
     """A run's pytest-benchmark datetime as an aware moment; None if it has none readable."""
     try:
         moment = datetime.datetime.fromisoformat(stamp)
