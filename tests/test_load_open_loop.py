@@ -11,6 +11,7 @@ import pytest
 from llmbench import cli
 from llmbench.engine.config import EngineConfig, SamplingParams
 from llmbench.engine.models import load_model
+from llmbench.engine.prompts import passage, questions
 from llmbench.errors import UserError
 from llmbench.load.capacity import (
     BUDGET,
@@ -33,6 +34,7 @@ from llmbench.load.objectives import (
 )
 from llmbench.load.result import LoadResult, RequestSample, summary_line
 from llmbench.load.schedule import Arrivals
+from llmbench.load.workload import PlannedRequest, Workload, parse_lengths
 from llmbench.serve.app import ServerSettings, create_app, running_server
 
 # -- the schedule ------------------------------------------------------------------------
@@ -365,3 +367,66 @@ def test_cli_rate_and_concurrency_do_not_mix(capsys):
         _load(["--rate", "1", "--concurrency", "2"])
     assert exited.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+# -- workloads -------------------------------------------------------------------------
+
+
+def test_lengths_parse_draw_and_refuse(tmp_path):
+    rng = np.random.default_rng(0)
+    assert parse_lengths("64", "--input-tokens").draw(rng, 3) == [64, 64, 64]
+    uniform = parse_lengths("uniform:10:12", "--input-tokens").draw(rng, 300)
+    assert set(uniform) == {10, 11, 12}
+    normal = parse_lengths("normal:100:20", "--input-tokens").draw(rng, 4000)
+    assert np.mean(normal) == pytest.approx(100, abs=2) and min(normal) >= 1
+    trace = tmp_path / "lengths.txt"
+    trace.write_text("5\n\n7\n")
+    assert set(parse_lengths(f"file:{trace}", "--output-tokens").draw(rng, 100)) == {5, 7}
+    trace.write_text("5\nseven\n")
+    for bad, message in [("0", "takes N"), ("uniform:9:3", "takes N"), ("normal:5", "takes N"),
+                         ("many", "takes N"), (f"file:{trace}", "line 2: 'seven'"),
+                         (f"file:{tmp_path / 'none'}", "cannot read")]:
+        with pytest.raises(UserError, match=message):
+            parse_lengths(bad, "--input-tokens")
+
+
+def test_a_workload_plans_lengths_and_shared_prefixes(lm):
+    tokenizer = lm.tokenizer
+    workload = Workload(input_tokens=parse_lengths("uniform:20:40", "-"),
+                        output_tokens=parse_lengths("uniform:2:9", "-"), prefix_tokens=16,
+                        prefix_groups=2, seed=4)
+    plan = workload.plan(12, tokenizer, passage(), questions())
+    assert plan == workload.plan(12, tokenizer, passage(), questions())  # seeded
+    assert plan != Workload(**{**workload.__dict__, "seed": 5}).plan(12, tokenizer, passage(),
+                                                                     questions())
+    assert all(2 <= r.max_new_tokens <= 9 for r in plan)
+    prefixes = [r.prompt.split("\n\n")[0] for r in plan]
+    assert prefixes[0::2] == [prefixes[0]] * 6 and prefixes[1::2] == [prefixes[1]] * 6
+    assert prefixes[0] != prefixes[1]
+    bodies = [len(tokenizer(r.prompt.split("\n\n", 1)[1], add_special_tokens=False)
+                  ["input_ids"]) for r in plan]
+    assert all(16 <= n <= 44 for n in bodies)  # 20-40, give or take a token at a seam
+    with pytest.raises(UserError, match="add --shared-prefix"):
+        Workload(prefix_groups=3)
+
+
+def test_each_request_asks_its_own_token_limit(live, lm):
+    plan = [PlannedRequest("Hi", 2), PlannedRequest("Name a color.", 5)]
+    config = LoadConfig(url=live, num_requests=4, concurrency=2)
+    result = run_load(config, SamplingParams(max_new_tokens=50, ignore_eos=True),
+                      lm.tokenizer, plan)
+    assert result.num_errors == 0
+    assert [(s.max_new_tokens, s.output_tokens) for s in result.samples] == [
+        (2, 2), (5, 5), (2, 2), (5, 5)]
+
+
+def test_cli_sends_the_workload_it_was_asked_for(live, capsys, tmp_path):
+    records = tmp_path / "r.jsonl"
+    assert _load(["--url", live, "--concurrency", "2", "--requests", "6", "--input-tokens",
+                  "uniform:8:24", "--output-tokens", "uniform:1:4", "--shared-prefix", "8",
+                  "--records", str(records)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["workload"] == ("input tokens uniform:8:24, output tokens uniform:1:4, a "
+                                    "8-token prefix shared in 1 group(s)")
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    assert all(line["output_tokens"] == line["max_new_tokens"] <= 4 for line in lines)

@@ -31,6 +31,7 @@ from llmbench.errors import Exit, UserError
 from llmbench.load.config import APIS, CONNECTION_ERROR, LoadConfig
 from llmbench.load.objectives import MET, Objectives, parse_objectives
 from llmbench.load.schedule import ARRIVALS, Arrivals
+from llmbench.load.workload import Workload, parse_lengths
 
 non_negative_int = argtypes.whole_number(0)
 positive_number = argtypes.number("a number", lambda v: 0 < v < math.inf, "> 0")
@@ -88,6 +89,19 @@ def register(subparsers) -> None:
                            "Default: 0")
     load.add_argument("--cooldown", type=non_negative_int, default=0, metavar="N",
                       help="last requests of each level sent but left out. Default: 0")
+    load.add_argument("--input-tokens", default=None, metavar="DIST",
+                      help="prompt lengths in tokens, cut from the shipped passage: N, "
+                           "uniform:LOW:HIGH, normal:MEAN:SD or file:PATH (one length per "
+                           "line). Default: the shipped short questions")
+    load.add_argument("--output-tokens", default=None, metavar="DIST",
+                      help="each request's token limit, drawn as --input-tokens is. "
+                           "Default: --max-new-tokens for every request")
+    load.add_argument("--shared-prefix", type=non_negative_int, default=0, metavar="N",
+                      help="begin every prompt with an N-token prefix shared by its group "
+                           "(a system prompt many users send). Default: 0")
+    load.add_argument("--prefix-groups", type=positive_int, default=1, metavar="G",
+                      help="with --shared-prefix: request i gets group i mod G's prefix. "
+                           "Default: 1")
     load.add_argument("--slo", default=None, metavar="METRIC=MS[,...]",
                       help="objectives in milliseconds per request: ttft, itl (the "
                            "request's mean inter-token latency; also tpot), e2e; e.g. "
@@ -167,6 +181,12 @@ def _open_loop_flags_alone(args: argparse.Namespace) -> None:
                         "rate, or none")
 
 
+def _seed(args: argparse.Namespace) -> int:
+    """The schedule's and the workload's seed: --seed when given, so two runs with the same
+    flags send the same requests at the same moments."""
+    return 0 if args.seed is None else args.seed
+
+
 def _refuse_existing(*paths: Path | None) -> None:
     for path in paths:
         if path is not None and path.exists():
@@ -183,7 +203,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     reached a server that accepted it (nothing listening at --url, the wrong --api, or a
     request the server refuses with 4xx)."""
     from llmbench.engine.models import load_tokenizer
-    from llmbench.engine.prompts import questions
+    from llmbench.engine.prompts import passage, questions
 
     objectives = _objectives(args)
     _open_loop_flags_alone(args)
@@ -195,16 +215,23 @@ def cmd_load(args: argparse.Namespace) -> int:
                       max_lag_s=args.max_lag / 1e3)
 
     def arrivals(rate: float) -> Arrivals:
-        # The schedule's seed is --seed when given, so two runs send the same requests.
-        return Arrivals(rate, args.arrival, args.burstiness,
-                        0 if args.seed is None else args.seed)
+        return Arrivals(rate, args.arrival, args.burstiness, _seed(args))
 
     if args.rate is not None or args.find_capacity:
         for rate in args.rate or [1.0]:
             arrivals(rate)  # a bad schedule is refused before any request
+    workload = Workload(
+        input_tokens=(None if args.input_tokens is None
+                      else parse_lengths(args.input_tokens, "--input-tokens")),
+        output_tokens=(None if args.output_tokens is None
+                       else parse_lengths(args.output_tokens, "--output-tokens")),
+        prefix_tokens=args.shared_prefix, prefix_groups=args.prefix_groups,
+        seed=_seed(args))
     params = sampling_params(args)
     tokenizer = load_tokenizer(args.model)
-    runner = _LevelRunner(params, tokenizer, questions(), objectives)
+    requests = (questions() if workload.is_default
+                else workload.plan(num_requests, tokenizer, passage(), questions()))
+    runner = _LevelRunner(params, tokenizer, requests, objectives)
 
     capacity = None
     if args.find_capacity:
@@ -224,7 +251,7 @@ def cmd_load(args: argparse.Namespace) -> int:
             runner.run(replace(base, concurrency=level))
 
     document = {"url": args.url, "api": args.api, "model": args.model,
-                "levels": runner.levels,
+                "workload": workload.describe(), "levels": runner.levels,
                 "capacity": None if capacity is None else capacity.to_dict()}
     _write(document, args)
     return _exit_code(runner.levels, capacity)

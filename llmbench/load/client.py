@@ -35,6 +35,7 @@ from llmbench.load.config import (
 )
 from llmbench.load.objectives import Objectives
 from llmbench.load.result import LoadResult, RequestSample, judged, token_timeline
+from llmbench.load.workload import PlannedRequest
 
 # Open loop: how long before a request is due the client stops sleeping and yields instead.
 SPIN_S = 0.002
@@ -198,13 +199,14 @@ def _failure(exc: Exception, latency_s: float) -> RequestSample:
 
 
 async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
-                         prompts: Sequence[str], progress: Callable[[], None] | None = None,
+                         prompts: Sequence[str | PlannedRequest],
+                         progress: Callable[[], None] | None = None,
                          objectives: Objectives | None = None) -> LoadResult:
     """The load level `config` describes; see `run_load`."""
     if not prompts:
         raise UserError("the load generator needs at least one prompt")
     # Request i asks prompts[i % len(prompts)], so a seeded schedule sends the same requests.
-    sent: dict[int, tuple[float | None, float, Stream | RequestSample]] = {}
+    sent: dict[int, tuple[float | None, float, Stream | RequestSample, SamplingParams]] = {}
     begun: set[int] = set()
     # Nagle's algorithm would hold small request writes for the server's delayed ACK.
     transport = httpx.AsyncHTTPTransport(
@@ -218,12 +220,13 @@ async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
         async def send(index: int, scheduled: float | None) -> None:
             sent_s = time.perf_counter() - start
             begun.add(index)
+            prompt, asked = _planned(prompts[index % len(prompts)], params)
             try:
                 outcome: Stream | RequestSample = await stream_request(
-                    client, config, prompts[index % len(prompts)], params)
+                    client, config, prompt, asked)
             except (httpx.HTTPError, ServerError, ValueError) as exc:
                 outcome = _failure(exc, time.perf_counter() - start - sent_s)
-            sent[index] = (scheduled, sent_s, outcome)
+            sent[index] = (scheduled, sent_s, outcome, asked)
             if progress is not None:
                 progress()
 
@@ -243,13 +246,25 @@ async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
     measured = range(config.warmup, config.num_requests - config.cooldown)
     samples = tuple(
         replace(outcome if isinstance(outcome, RequestSample)
-                else _sample(outcome, count_tokens, config, params),
-                index=index, scheduled_s=scheduled, sent_s=sent_s, measured=index in measured)
-        for index, (scheduled, sent_s, outcome) in sorted(sent.items()))
+                else _sample(outcome, count_tokens, config, asked),
+                index=index, scheduled_s=scheduled, sent_s=sent_s, measured=index in measured,
+                max_new_tokens=asked.max_new_tokens)
+        for index, (scheduled, sent_s, outcome, asked) in sorted(sent.items()))
     # Requests sent but not ended when --duration ran out; those never sent are not counted.
     cut_off = sum(1 for index in begun - sent.keys() if index in measured)
     return LoadResult(config, params, duration, samples, num_cut_off=cut_off,
                       objectives=objectives)
+
+
+def _planned(request: str | PlannedRequest, params: SamplingParams
+             ) -> tuple[str, SamplingParams]:
+    """A request's prompt and its sampling settings: the run's, with its own token limit
+    where the workload planned one."""
+    if isinstance(request, str):
+        return request, params
+    if request.max_new_tokens is None:
+        return request.prompt, params
+    return request.prompt, replace(params, max_new_tokens=request.max_new_tokens)
 
 
 async def _closed_loop(config: LoadConfig, send) -> None:
@@ -278,13 +293,15 @@ async def _open_loop(config: LoadConfig, send) -> None:
             group.create_task(send(index, float(offset)))
 
 
-def run_load(config: LoadConfig, params: SamplingParams, tokenizer, prompts: Sequence[str],
+def run_load(config: LoadConfig, params: SamplingParams, tokenizer,
+             prompts: Sequence[str | PlannedRequest],
              progress: Callable[[], None] | None = None,
              objectives: Objectives | None = None) -> LoadResult:
     """Send `config.num_requests` streamed requests, `config.concurrency` at a time or on
     the schedule of `config.arrivals`, and measure each; blocks until done or
     `config.duration_s` has passed. `tokenizer` counts tokens where the server does not
-    (`models.load_tokenizer`); `prompts` are cycled through. Empty answers, and short ones
+    (`models.load_tokenizer`); `prompts` (texts, or a workload's planned requests with
+    their own token limits) are cycled through. Empty answers, and short ones
     for fixed-length `params`, count as failures; `objectives` judge the measured
     requests."""
     return asyncio.run(run_load_async(config, params, tokenizer, prompts, progress,

@@ -108,6 +108,7 @@ class RequestSample:
     scheduled_s: float | None = None
     sent_s: float | None = None
     measured: bool = True
+    max_new_tokens: int | None = None  # the token limit this request asked for
 
     @property
     def tpot_s(self) -> float | None:
