@@ -3,6 +3,7 @@
 
   python scripts/measure_load.py repeat OUT      # tiny: one seeded schedule twice
   python scripts/measure_load.py lag OUT         # tiny, 1 token: the client's lag by rate
+  python scripts/measure_load.py workers OUT     # the same, one client process against two
   python scripts/measure_load.py knee OUT        # smollm2: a rate sweep, then --find-capacity
 
 OUT is a folder (made, must not exist) for the JSON, records and plots; figures go to
@@ -90,6 +91,22 @@ def lag(out: Path) -> None:
                   f"{summary['request_throughput']:.1f} req/s; exit {code}")
 
 
+def workers(out: Path) -> None:
+    with serving("tiny", "--max-batch-size", "64") as url:
+        for rate in (100, 200):
+            for count in (1, 2):
+                code, document, wall = load(url, "tiny", out, f"workers{rate}-{count}",
+                                            "--rate", str(rate), "--requests", str(rate * 4),
+                                            "--max-new-tokens", "1", "--max-lag", "1000",
+                                            "--workers", str(count))
+                summary = document["levels"][0]["summary"]
+                lag_ms = summary["lag_ms"]
+                print(f"workers: rate {rate} req/s, {count} worker(s): lag p50 "
+                      f"{lag_ms['p50']:.2f} ms, p99 {lag_ms['p99']:.2f} ms, max "
+                      f"{lag_ms['max']:.2f} ms; served {summary['request_throughput']:.1f} "
+                      f"req/s; {wall:.1f} s in all; exit {code}")
+
+
 def knee(out: Path) -> None:
     common = ["--max-new-tokens", "16", "--fixed-length", "--slo", "ttft=2000,itl=250",
               "--slo-percentile", "90", "--warmup", "4"]
@@ -113,4 +130,4 @@ def knee(out: Path) -> None:
 if __name__ == "__main__":
     what, folder = sys.argv[1], Path(sys.argv[2])
     folder.mkdir(parents=True)
-    {"repeat": repeat, "lag": lag, "knee": knee}[what](folder)
+    {"repeat": repeat, "lag": lag, "workers": workers, "knee": knee}[what](folder)

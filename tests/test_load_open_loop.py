@@ -430,3 +430,26 @@ def test_cli_sends_the_workload_it_was_asked_for(live, capsys, tmp_path):
                                     "8-token prefix shared in 1 group(s)")
     lines = [json.loads(line) for line in records.read_text().splitlines()]
     assert all(line["output_tokens"] == line["max_new_tokens"] <= 4 for line in lines)
+
+
+# -- more than one client process ----------------------------------------------------------
+
+
+def test_workers_share_one_schedule_from_one_moment(live, lm):
+    """Two spawned processes send the even and the odd requests of one schedule; the
+    coordinator gets every request back, at its own offset, counted by its tokenizer."""
+    arrivals = Arrivals(rate=20.0, seed=2)
+    config = LoadConfig(url=live, num_requests=10, arrivals=arrivals, workers=2)
+    done = []
+    result = run_load(config, SamplingParams(max_new_tokens=3, ignore_eos=True),
+                      lm.tokenizer, ["Hi", "Name a color."], progress=lambda: done.append(1))
+    assert len(done) == 10 and result.num_errors == 0
+    assert [s.index for s in result.samples] == list(range(10))
+    assert [s.scheduled_s for s in result.samples] == pytest.approx(arrivals.offsets(10))
+    assert all(s.lag_s > -1e-3 for s in result.samples)
+    assert all(s.output_tokens == 3 for s in result.samples)
+
+
+def test_workers_need_an_open_loop():
+    with pytest.raises(UserError, match="--workers spreads an open-loop schedule"):
+        LoadConfig(workers=2)

@@ -118,6 +118,9 @@ def register(subparsers) -> None:
                       metavar="F", help="with --find-capacity: stop when the lowest rate "
                                         "not met is within this fraction of the highest "
                                         "met. Default: 0.1")
+    load.add_argument("--workers", type=positive_int, default=c("workers"), metavar="N",
+                      help="open loop: spread each level's schedule over N client processes, "
+                           "for rates one cannot keep (see --max-lag). Default: 1")
     load.add_argument("--max-lag", type=positive_number, default=c("max_lag_s") * 1e3,
                       metavar="MS", help="open loop: the client's p99 lag behind its "
                                          "schedule beyond which a level is reported as the "
@@ -209,17 +212,20 @@ def cmd_load(args: argparse.Namespace) -> int:
     _open_loop_flags_alone(args)
     _refuse_existing(args.output, args.records, args.plot)
     num_requests = _num_requests(args, objectives)
-    base = LoadConfig(url=args.url, api=args.api, num_requests=num_requests,
-                      chat=not args.no_chat, model=args.model, timeout_s=args.timeout,
-                      duration_s=args.duration, warmup=args.warmup, cooldown=args.cooldown,
-                      max_lag_s=args.max_lag / 1e3)
 
     def arrivals(rate: float) -> Arrivals:
         return Arrivals(rate, args.arrival, args.burstiness, _seed(args))
 
-    if args.rate is not None or args.find_capacity:
-        for rate in args.rate or [1.0]:
-            arrivals(rate)  # a bad schedule is refused before any request
+    open_loop = args.rate is not None or args.find_capacity
+    # Every level is this one with its own rate or concurrency; a bad schedule or
+    # combination is refused here, before any request.
+    base = LoadConfig(url=args.url, api=args.api, num_requests=num_requests,
+                      chat=not args.no_chat, model=args.model, timeout_s=args.timeout,
+                      duration_s=args.duration, warmup=args.warmup, cooldown=args.cooldown,
+                      max_lag_s=args.max_lag / 1e3, workers=args.workers,
+                      arrivals=arrivals((args.rate or [1.0])[0]) if open_loop else None)
+    for rate in (args.rate or []):
+        arrivals(rate)
     workload = Workload(
         input_tokens=(None if args.input_tokens is None
                       else parse_lengths(args.input_tokens, "--input-tokens")),

@@ -35,6 +35,7 @@ from llmbench.load.config import (
 )
 from llmbench.load.objectives import Objectives
 from llmbench.load.result import LoadResult, RequestSample, judged, token_timeline
+from llmbench.load.workers import send_spread
 from llmbench.load.workload import PlannedRequest
 
 # Open loop: how long before a request is due the client stops sleeping and yields instead.
@@ -198,13 +199,23 @@ def _failure(exc: Exception, latency_s: float) -> RequestSample:
                          error=f"{type(exc).__name__}: {exc}"[:300])
 
 
-async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
-                         prompts: Sequence[str | PlannedRequest],
-                         progress: Callable[[], None] | None = None,
-                         objectives: Objectives | None = None) -> LoadResult:
-    """The load level `config` describes; see `run_load`."""
-    if not prompts:
-        raise UserError("the load generator needs at least one prompt")
+@dataclass(frozen=True)
+class Sent:
+    """What one client process sent: per request (when due, when sent, its stream or
+    failure, its settings), the requests begun, and the wall time from its start."""
+
+    outcomes: dict[int, tuple[float | None, float, Stream | RequestSample, SamplingParams]]
+    begun: frozenset[int]
+    duration_s: float
+
+
+async def _send(config: LoadConfig, params: SamplingParams,
+                prompts: Sequence[str | PlannedRequest],
+                progress: Callable[[], None] | None = None, share: tuple[int, int] = (0, 1),
+                origin: float | None = None) -> Sent:
+    """Send this process's `share` (worker w of n sends the requests i with i mod n == w)
+    of the level; times count from `origin` (a `time.monotonic()` moment every worker
+    shares) or from now."""
     # Request i asks prompts[i % len(prompts)], so a seeded schedule sends the same requests.
     sent: dict[int, tuple[float | None, float, Stream | RequestSample, SamplingParams]] = {}
     begun: set[int] = set()
@@ -216,6 +227,9 @@ async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
 
     async with httpx.AsyncClient(transport=transport, timeout=config.timeout_s) as client:
         start = time.perf_counter()
+        if origin is not None:
+            start += origin - time.monotonic()
+            await asyncio.sleep(max(start - time.perf_counter(), 0.0))
 
         async def send(index: int, scheduled: float | None) -> None:
             sent_s = time.perf_counter() - start
@@ -230,7 +244,8 @@ async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
             if progress is not None:
                 progress()
 
-        driver = asyncio.create_task(_open_loop(config, send) if config.arrivals is not None
+        driver = asyncio.create_task(_open_loop(config, send, start, share)
+                                     if config.arrivals is not None
                                      else _closed_loop(config, send))
         done, _ = await asyncio.wait([driver], timeout=config.duration_s)
         if not done:
@@ -239,7 +254,12 @@ async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
         if done:
             driver.result()  # an unexpected error in the client is raised, not hidden
         duration = time.perf_counter() - start
+    return Sent(sent, frozenset(begun), duration)
 
+
+def _result(config: LoadConfig, params: SamplingParams, tokenizer, sent: Sent,
+            objectives: Objectives | None) -> LoadResult:
+    """The level's result: every stream counted, timed and judged, in request order."""
     def count_tokens(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -249,10 +269,10 @@ async def run_load_async(config: LoadConfig, params: SamplingParams, tokenizer,
                 else _sample(outcome, count_tokens, config, asked),
                 index=index, scheduled_s=scheduled, sent_s=sent_s, measured=index in measured,
                 max_new_tokens=asked.max_new_tokens)
-        for index, (scheduled, sent_s, outcome, asked) in sorted(sent.items()))
+        for index, (scheduled, sent_s, outcome, asked) in sorted(sent.outcomes.items()))
     # Requests sent but not ended when --duration ran out; those never sent are not counted.
-    cut_off = sum(1 for index in begun - sent.keys() if index in measured)
-    return LoadResult(config, params, duration, samples, num_cut_off=cut_off,
+    cut_off = sum(1 for index in sent.begun - sent.outcomes.keys() if index in measured)
+    return LoadResult(config, params, sent.duration_s, samples, num_cut_off=cut_off,
                       objectives=objectives)
 
 
@@ -280,11 +300,15 @@ async def _closed_loop(config: LoadConfig, send) -> None:
             group.create_task(worker())
 
 
-async def _open_loop(config: LoadConfig, send) -> None:
-    """Each request sent at its scheduled offset, whether or not earlier ones have ended."""
-    start = time.perf_counter()
+async def _open_loop(config: LoadConfig, send, start: float,
+                     share: tuple[int, int] = (0, 1)) -> None:
+    """Each request of this process's `share` sent at its scheduled offset from `start`
+    (a `time.perf_counter()` moment), whether or not earlier ones have ended."""
+    worker, workers = share
     async with asyncio.TaskGroup() as group:
         for index, offset in enumerate(config.arrivals.offsets(config.num_requests)):
+            if index % workers != worker:
+                continue
             # The event loop's timers wake up to a millisecond late (epoll counts whole
             # milliseconds), so the last SPIN_S are waited by yielding to the loop, which
             # keeps serving the running streams meanwhile.
@@ -298,11 +322,19 @@ def run_load(config: LoadConfig, params: SamplingParams, tokenizer,
              progress: Callable[[], None] | None = None,
              objectives: Objectives | None = None) -> LoadResult:
     """Send `config.num_requests` streamed requests, `config.concurrency` at a time or on
-    the schedule of `config.arrivals`, and measure each; blocks until done or
-    `config.duration_s` has passed. `tokenizer` counts tokens where the server does not
-    (`models.load_tokenizer`); `prompts` (texts, or a workload's planned requests with
-    their own token limits) are cycled through. Empty answers, and short ones
-    for fixed-length `params`, count as failures; `objectives` judge the measured
-    requests."""
-    return asyncio.run(run_load_async(config, params, tokenizer, prompts, progress,
-                                      objectives))
+    the schedule of `config.arrivals` (spread over `config.workers` processes), and
+    measure each; blocks until done or `config.duration_s` has passed. `tokenizer` counts
+    tokens where the server does not (`models.load_tokenizer`); `prompts` (texts, or a
+    workload's planned requests with their own token limits) are cycled through. Empty
+    answers, and short ones for fixed-length `params`, count as failures; `objectives`
+    judge the measured requests."""
+    if not prompts:
+        raise UserError("the load generator needs at least one prompt")
+    if config.workers > 1:
+        parts = send_spread(_send, config, params, prompts, progress)
+        sent = Sent({i: o for part in parts for i, o in part.outcomes.items()},
+                    frozenset().union(*(part.begun for part in parts)),
+                    max(part.duration_s for part in parts))
+    else:
+        sent = asyncio.run(_send(config, params, prompts, progress))
+    return _result(config, params, tokenizer, sent, objectives)

@@ -38,6 +38,7 @@ class LoadConfig:
     warmup: int = 0
     cooldown: int = 0
     max_lag_s: float = 0.010  # open loop: a p99 lag beyond it means the client fell behind
+    workers: int = 1  # open loop: client processes the schedule is spread over
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -52,6 +53,9 @@ class LoadConfig:
             raise UserError(f"--warmup {self.warmup} and --cooldown {self.cooldown} leave no "
                             f"request of {self.num_requests} to measure: send more with "
                             "--requests, or leave fewer out")
+        if self.workers < 1 or (self.workers > 1 and self.arrivals is None):
+            raise UserError("--workers spreads an open-loop schedule over processes: add "
+                            "--rate, or drop --workers")
         if not self.max_lag_s > 0:
             raise UserError("--max-lag must be positive milliseconds")
         if not self.timeout_s > 0 or (self.duration_s is not None and not self.duration_s > 0):
