@@ -190,10 +190,24 @@ def _seed(args: argparse.Namespace) -> int:
     return 0 if args.seed is None else args.seed
 
 
-def _refuse_existing(*paths: Path | None) -> None:
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def _refuse_unwritable(*paths: Path | None) -> None:
+    """Refused before any request: a file that exists (nothing is overwritten), a folder
+    that does not, a picture whose suffix names no format."""
     for path in paths:
-        if path is not None and path.exists():
+        if path is None:
+            continue
+        if path.exists():
             raise UserError(f"{path} exists: remove it or choose another file")
+        if not path.parent.is_dir():
+            raise UserError(f"{path}: the folder {path.parent} does not exist")
+
+
+def _refuse_bad_plot(path: Path | None) -> None:
+    if path is not None and path.suffix.lower() not in PLOT_SUFFIXES:
+        raise UserError(f"--plot {path}: name a .png, .svg or .pdf file")
 
 
 def cmd_load(args: argparse.Namespace) -> int:
@@ -210,7 +224,8 @@ def cmd_load(args: argparse.Namespace) -> int:
 
     objectives = _objectives(args)
     _open_loop_flags_alone(args)
-    _refuse_existing(args.output, args.records, args.plot)
+    _refuse_unwritable(args.output, args.records, args.plot)
+    _refuse_bad_plot(args.plot)
     num_requests = _num_requests(args, objectives)
 
     def arrivals(rate: float) -> Arrivals:

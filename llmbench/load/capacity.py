@@ -53,12 +53,14 @@ class Capacity:
 
     met_rate: float | None = None  # the highest rate met: the capacity claimed
     missed_rate: float | None = None  # the lowest rate not met
+    behind_rate: float | None = None  # the rate at which the client fell behind
     levels: list[LoadResult] = field(default_factory=list)
     stopped: str = ""
     seconds: float = 0.0
 
     def to_dict(self) -> dict:
         return {"capacity_rate": self.met_rate, "not_met_rate": self.missed_rate,
+                "client_behind_rate": self.behind_rate,
                 "stopped": self.stopped, "seconds": self.seconds,
                 "rates_tried": [level.config.arrivals.rate for level in self.levels]}
 
@@ -67,6 +69,10 @@ class Capacity:
         took = f"{len(self.levels)} levels in {self.seconds:.0f} s"
         if self.met_rate is None:
             return f"capacity: NONE FOUND ({self.stopped}; {took})"
+        if self.behind_rate is not None and self.missed_rate is None:
+            return (f"capacity: at least {self.met_rate:.3g} req/s within the objectives "
+                    f"(the client fell behind its schedule at {self.behind_rate:.3g} req/s, "
+                    f"so higher rates say nothing of the server; try --workers; {took})")
         above = ("no rate above it was tried" if self.missed_rate is None
                  else f"not met at {self.missed_rate:.3g} req/s")
         return (f"capacity: {self.met_rate:.3g} req/s within the objectives ({above}; the "
@@ -97,7 +103,7 @@ def find_capacity(run_level: Callable[[float], LoadResult], search: Search,
         answer.levels.append(result)
         drain = max(result.duration_s - seconds_per_level(rate), 0.0)
         if not result.client_kept_schedule:
-            answer.stopped = CLIENT_BEHIND
+            answer.stopped, answer.behind_rate = CLIENT_BEHIND, rate
             break
         if level_met(result):
             answer.met_rate = rate

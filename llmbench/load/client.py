@@ -205,7 +205,7 @@ class Sent:
     failure, its settings), the requests begun, and the wall time from its start."""
 
     outcomes: dict[int, tuple[float | None, float, Stream | RequestSample, SamplingParams]]
-    begun: frozenset[int]
+    begun: dict[int, float]  # every request sent: when
     duration_s: float
 
 
@@ -218,7 +218,7 @@ async def _send(config: LoadConfig, params: SamplingParams,
     shares) or from now."""
     # Request i asks prompts[i % len(prompts)], so a seeded schedule sends the same requests.
     sent: dict[int, tuple[float | None, float, Stream | RequestSample, SamplingParams]] = {}
-    begun: set[int] = set()
+    begun: dict[int, float] = {}
     # Nagle's algorithm would hold small request writes for the server's delayed ACK.
     transport = httpx.AsyncHTTPTransport(
         limits=httpx.Limits(max_connections=(None if config.arrivals is not None
@@ -233,7 +233,7 @@ async def _send(config: LoadConfig, params: SamplingParams,
 
         async def send(index: int, scheduled: float | None) -> None:
             sent_s = time.perf_counter() - start
-            begun.add(index)
+            begun[index] = sent_s
             prompt, asked = _planned(prompts[index % len(prompts)], params)
             try:
                 outcome: Stream | RequestSample = await stream_request(
@@ -254,7 +254,7 @@ async def _send(config: LoadConfig, params: SamplingParams,
         if done:
             driver.result()  # an unexpected error in the client is raised, not hidden
         duration = time.perf_counter() - start
-    return Sent(sent, frozenset(begun), duration)
+    return Sent(sent, begun, duration)
 
 
 def _result(config: LoadConfig, params: SamplingParams, tokenizer, sent: Sent,
@@ -270,10 +270,12 @@ def _result(config: LoadConfig, params: SamplingParams, tokenizer, sent: Sent,
                 index=index, scheduled_s=scheduled, sent_s=sent_s, measured=index in measured,
                 max_new_tokens=asked.max_new_tokens)
         for index, (scheduled, sent_s, outcome, asked) in sorted(sent.outcomes.items()))
-    # Requests sent but not ended when --duration ran out; those never sent are not counted.
-    cut_off = sum(1 for index in sent.begun - sent.outcomes.keys() if index in measured)
-    return LoadResult(config, params, sent.duration_s, samples, num_cut_off=cut_off,
-                      objectives=objectives)
+    # Requests sent but not ended when --duration ran out, and how long each had run; those
+    # never sent are not counted.
+    cut_off = [sent.duration_s - sent_s for index, sent_s in sent.begun.items()
+               if index not in sent.outcomes and index in measured]
+    return LoadResult(config, params, sent.duration_s, samples, num_cut_off=len(cut_off),
+                      objectives=objectives, cut_off_s=tuple(cut_off))
 
 
 def _planned(request: str | PlannedRequest, params: SamplingParams
@@ -333,7 +335,7 @@ def run_load(config: LoadConfig, params: SamplingParams, tokenizer,
     if config.workers > 1:
         parts = send_spread(_send, config, params, prompts, progress)
         sent = Sent({i: o for part in parts for i, o in part.outcomes.items()},
-                    frozenset().union(*(part.begun for part in parts)),
+                    {i: t for part in parts for i, t in part.begun.items()},
                     max(part.duration_s for part in parts))
     else:
         sent = asyncio.run(_send(config, params, prompts, progress))

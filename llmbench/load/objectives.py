@@ -7,13 +7,15 @@ so the percentile over requests and goodput speak of the same thing:
   - itl (or tpot): the request's mean inter-token latency, (latency - TTFT) / (tokens - 1),
     as vLLM's goodput judges it;
   - e2e: the request's whole latency.
-A failed request (an error, an empty or short answer, a cut-off) is outside every
-objective: it counts as infinitely slow.
+A failed request (an error, an empty or short answer) is outside every objective: it
+counts as infinitely slow. A request that --duration cut off counts so only for the
+objectives whose limit it had already run past; for the others it says nothing.
 
-A level's percentile is an order statistic of its measured requests, and its interval is
-the distribution-free one from the binomial (scipy's `quantile_test`) at 99% confidence.
-An objective is met when the interval's upper end is within the limit, missed when its
-lower end is beyond it, and uncertain otherwise. Too few requests leave no upper end at
+A level's percentile is an order statistic of its measured requests, bounded above and
+below by the distribution-free one-sided bounds from the binomial (scipy's
+`quantile_test`), each at 99% confidence (together a 98% interval). An objective is met
+when the upper bound is within the limit, missed when the lower bound is beyond it, and
+uncertain otherwise: each verdict is a one-sided test at 1%. Too few requests leave no upper end at
 all: MLPerf LoadGen's early-stopping rule, which is the same bound, needs 459 requests
 with none over the limit before it will claim a p99 (44 for a p90), and a level with fewer
 says it cannot claim one. A level whose queue grew (`queueing`) has not met its
@@ -90,8 +92,8 @@ def parse_objectives(text: str, percentile: float = 99.0) -> Objectives:
 
 @dataclass(frozen=True)
 class ObjectiveCheck:
-    """One objective at one level: the percentile and its 99% interval, in milliseconds
-    (None where the requests cannot bound it), and the verdict."""
+    """One objective at one level: the percentile and its one-sided 99% bounds, in
+    milliseconds (None where the requests cannot bound it), and the verdict."""
 
     metric: str
     limit_ms: float

@@ -168,8 +168,9 @@ class LoadResult:
     params: SamplingParams
     duration_s: float  # wall time of the whole level
     samples: tuple[RequestSample, ...]
-    num_cut_off: int = 0  # requests due that had not ended when `duration_s` ran out
+    num_cut_off: int = 0  # requests begun that had not ended when `duration_s` ran out
     objectives: Objectives | None = None
+    cut_off_s: tuple[float, ...] = ()  # how long each cut-off request had run, if known
 
     @property
     def measured(self) -> tuple[RequestSample, ...]:
@@ -241,11 +242,13 @@ class LoadResult:
 
     @property
     def window_s(self) -> float:
-        """The time the throughputs are over. Closed loop: the whole level. Open loop: from
-        the first measured request's send to the last one's end (to the level's end when
-        some were cut off), so the warm-up's and cool-down's time is left out too."""
+        """The time the throughputs are over: from the first measured request's send to the
+        last one's end (to the level's end when some were cut off), so the warm-up's and
+        cool-down's time is left out with their requests. A closed-loop level that leaves
+        none out is over its whole wall time."""
         sent = [s for s in self.measured if s.sent_s is not None]
-        if self.config.arrivals is None or not sent:
+        leaves_out = self.config.warmup or self.config.cooldown
+        if (self.config.arrivals is None and not leaves_out) or not sent:
             return self.duration_s
         end = (self.duration_s if self.num_cut_off
                else max(s.sent_s + s.latency_s for s in sent))
@@ -292,10 +295,17 @@ class LoadResult:
     def objective_checks(self) -> list[ObjectiveCheck]:
         if self.objectives is None:
             return []
-        failed = [math.inf] * self.num_cut_off
         return [check(metric, limit, [s.objective_value_s(metric) for s in self.measured]
-                      + failed, self.objectives.percentile)
+                      + self._cut_off_values(limit), self.objectives.percentile)
                 for metric, limit in self.objectives.limits_ms.items()]
+
+    def _cut_off_values(self, limit_ms: float) -> list[float]:
+        """The cut-off requests as an objective sees them: one that had run past the limit
+        is over it; one cut sooner might still have made it, so it says nothing (the
+        client's --duration cut it, not the server)."""
+        if len(self.cut_off_s) != self.num_cut_off:  # how long they ran is not known
+            return [math.inf] * self.num_cut_off
+        return [math.inf for ran in self.cut_off_s if ran * 1e3 > limit_ms]
 
     @property
     def num_within_objectives(self) -> int:

@@ -9,10 +9,11 @@ be drawn from a distribution instead (`--input-tokens`, `--output-tokens`):
   - `file:PATH`: drawn from the lengths in PATH, one whole number per line (a trace's
     lengths, say), each line as likely.
 A prompt of N input tokens is cut from the passage llmbench ships (token ids, decoded to
-text), each request from its own place in it, so no two requests share a prefix by
-accident. `--shared-prefix N --prefix-groups G` gives request i the N-token prefix of
-group i mod G before its own text, as a system prompt or a few-shot preamble repeated by
-many users is: what a server's prefix cache is for.
+text), each request from its own place in it (distinct places while the passage has
+enough), so no two requests share a prefix by accident. `--shared-prefix N
+--prefix-groups G` gives request i the N-token prefix of group i mod G before its own
+text, as a system prompt or a few-shot preamble repeated by many users is: what a
+server's prefix cache is for.
 
 Lengths are drawn from the run's seed, so two runs with the same flags send the same
 requests. A prompt's token count is the tokenizer's before any chat template; servers
@@ -72,6 +73,8 @@ def parse_lengths(text: str, flag: str) -> Lengths:
         numbers = [float(part) for part in (rest.split(":") if rest else [kind])]
     except ValueError:
         raise UserError(usage) from None
+    if not all(math.isfinite(n) for n in numbers):
+        raise UserError(usage)
     if not rest and len(numbers) == 1 and numbers[0] >= 1 and numbers[0] == int(numbers[0]):
         return Lengths("fixed", numbers[0])
     if kind == "uniform" and len(numbers) == 2 and 1 <= numbers[0] <= numbers[1] and all(
@@ -140,7 +143,9 @@ class Workload:
         ids = list(tokenizer(passage, add_special_tokens=False)["input_ids"])
         if self.input_tokens is not None:
             lengths = self.input_tokens.draw(rng, n)
-            starts = rng.integers(0, len(ids), size=n)
+            # Distinct places while the passage has enough of them: two requests from one
+            # place would share a prefix, which a server's prefix cache would serve.
+            starts = rng.choice(len(ids), size=n, replace=n > len(ids))
             bodies = [tokenizer.decode(_cut(ids, int(start), length))
                       for start, length in zip(starts, lengths, strict=True)]
         else:
