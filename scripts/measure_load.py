@@ -77,34 +77,31 @@ def repeat(out: Path) -> None:
           f"in send time between the runs: {sent_gap * 1e3:.2f} ms")
 
 
+def _lag_line(url: str, out: Path, rate: int, workers: int = 1) -> str:
+    """One level of four seconds of one-token requests: the client's lag and what was
+    served. The lag is reported, not judged (--max-lag 1000)."""
+    code, document, wall = load(url, "tiny", out, f"lag{rate}-{workers}", "--rate", str(rate),
+                                "--requests", str(rate * 4), "--max-new-tokens", "1",
+                                "--max-lag", "1000", "--workers", str(workers))
+    summary = document["levels"][0]["summary"]
+    lag_ms = summary["lag_ms"]
+    return (f"rate {rate} req/s, {workers} worker(s) ({summary['num_requests']} requests, "
+            f"offered {summary['offered_rate']:.1f}): lag p50 {lag_ms['p50']:.2f} ms, p99 "
+            f"{lag_ms['p99']:.2f} ms, max {lag_ms['max']:.2f} ms; served "
+            f"{summary['request_throughput']:.1f} req/s; {wall:.1f} s in all; exit {code}")
+
+
 def lag(out: Path) -> None:
     with serving("tiny", "--max-batch-size", "64") as url:
         for rate in (25, 50, 100, 200, 400):
-            code, document, wall = load(url, "tiny", out, f"lag{rate}", "--rate", str(rate),
-                                        "--requests", str(rate * 4), "--max-new-tokens", "1",
-                                        "--max-lag", "1000")
-            summary = document["levels"][0]["summary"]
-            lag_ms = summary["lag_ms"]
-            print(f"lag: rate {rate} req/s ({summary['num_requests']} requests, offered "
-                  f"{summary['offered_rate']:.1f}): lag p50 {lag_ms['p50']:.2f} ms, p99 "
-                  f"{lag_ms['p99']:.2f} ms, max {lag_ms['max']:.2f} ms; served "
-                  f"{summary['request_throughput']:.1f} req/s; exit {code}")
+            print(f"lag: {_lag_line(url, out, rate)}")
 
 
 def workers(out: Path) -> None:
     with serving("tiny", "--max-batch-size", "64") as url:
         for rate in (100, 200):
             for count in (1, 2):
-                code, document, wall = load(url, "tiny", out, f"workers{rate}-{count}",
-                                            "--rate", str(rate), "--requests", str(rate * 4),
-                                            "--max-new-tokens", "1", "--max-lag", "1000",
-                                            "--workers", str(count))
-                summary = document["levels"][0]["summary"]
-                lag_ms = summary["lag_ms"]
-                print(f"workers: rate {rate} req/s, {count} worker(s): lag p50 "
-                      f"{lag_ms['p50']:.2f} ms, p99 {lag_ms['p99']:.2f} ms, max "
-                      f"{lag_ms['max']:.2f} ms; served {summary['request_throughput']:.1f} "
-                      f"req/s; {wall:.1f} s in all; exit {code}")
+                print(f"workers: {_lag_line(url, out, rate, count)}")
 
 
 def knee(out: Path) -> None:
