@@ -28,13 +28,14 @@ from llmbench.cli.args import (
 )
 from llmbench.engine.config import EngineConfig, default_of
 from llmbench.errors import Exit, UserError
-from llmbench.load.config import APIS, CONNECTION_ERROR, LoadConfig
+from llmbench.load.config import APIS, CONNECTION_ERROR, SESSION_ENDED, LoadConfig
 from llmbench.load.objectives import MET, Objectives, parse_objectives
 from llmbench.load.schedule import ARRIVALS, Arrivals
 from llmbench.load.workload import Workload, parse_lengths
 
 non_negative_int = argtypes.whole_number(0)
 positive_number = argtypes.number("a number", lambda v: 0 < v < math.inf, "> 0")
+non_negative_number = argtypes.number("a number", lambda v: 0 <= v < math.inf, ">= 0")
 percentile = argtypes.number("a percentile", lambda v: 0 < v < 100, "between 0 and 100")
 
 
@@ -100,8 +101,16 @@ def register(subparsers) -> None:
                       help="begin every prompt with an N-token prefix shared by its group "
                            "(a system prompt many users send). Default: 0")
     load.add_argument("--prefix-groups", type=positive_int, default=1, metavar="G",
-                      help="with --shared-prefix: request i gets group i mod G's prefix. "
-                           "Default: 1")
+                      help="with --shared-prefix: request i (with --turns, session i) "
+                           "gets group i mod G's prefix. Default: 1")
+    load.add_argument("--turns", default=None, metavar="DIST",
+                      help="multi-turn sessions: requests form conversations of this many "
+                           "turns (drawn as --input-tokens is), each turn sent after the "
+                           "previous answer with the conversation so far; --rate still "
+                           "counts requests. Default: every request on its own")
+    load.add_argument("--think-time", type=non_negative_number, default=0.0, metavar="MS",
+                      help="with --turns: milliseconds from an answer to the session's next "
+                           "turn. Default: 0")
     load.add_argument("--slo", default=None, metavar="METRIC=MS[,...]",
                       help="objectives in milliseconds per request: ttft, itl (the "
                            "request's mean inter-token latency; also tpot), e2e; e.g. "
@@ -238,6 +247,7 @@ def cmd_load(args: argparse.Namespace) -> int:
                       chat=not args.no_chat, model=args.model, timeout_s=args.timeout,
                       duration_s=args.duration, warmup=args.warmup, cooldown=args.cooldown,
                       max_lag_s=args.max_lag / 1e3, workers=args.workers,
+                      think_s=args.think_time / 1e3,
                       arrivals=arrivals((args.rate or [1.0])[0]) if open_loop else None)
     for rate in (args.rate or []):
         arrivals(rate)
@@ -247,7 +257,10 @@ def cmd_load(args: argparse.Namespace) -> int:
         output_tokens=(None if args.output_tokens is None
                        else parse_lengths(args.output_tokens, "--output-tokens")),
         prefix_tokens=args.shared_prefix, prefix_groups=args.prefix_groups,
+        turns=None if args.turns is None else parse_lengths(args.turns, "--turns"),
         seed=_seed(args))
+    if workload.turns is None and args.think_time:
+        raise UserError("--think-time is the pause between a session's turns: add --turns")
     params = sampling_params(args)
     tokenizer = load_tokenizer(args.model)
     requests = (questions() if workload.is_default
@@ -360,5 +373,6 @@ def _is_refused(result) -> bool:
             reason is not None and reason.startswith("HTTP 4")
             and reason not in ("HTTP 408", "HTTP 429"))
 
-    return bool(result.samples) and not result.num_cut_off and all(
-        refused(s.reason) for s in result.samples)
+    # A session's later turns are never sent once its first is refused.
+    sent = [s for s in result.samples if s.reason != SESSION_ENDED]
+    return bool(sent) and not result.num_cut_off and all(refused(s.reason) for s in sent)

@@ -8,13 +8,17 @@ are counted and the timing rules) with one `RequestSample` per request, which re
 it was due and when it was sent: the client's own lag. Each stream is recorded as
 (arrival, text) pairs and counted and timed after the run, so tokenizing never delays
 reading the stream.
+
+A workload planned in multi-turn sessions (`workload`) is sent a session at a time: the
+schedule (or a closed-loop worker) begins each session, and every later turn is sent
+`think_s` after the previous answer ended, with the conversation so far, as a user in a
+chat does; its due time is that moment, so the client's lag means the same for every turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import socket
 import time
@@ -30,6 +34,7 @@ from llmbench.load.config import (
     BAD_STREAM,
     CONNECTION_ERROR,
     ERROR_EVENT,
+    SESSION_ENDED,
     TIMEOUT,
     LoadConfig,
 )
@@ -59,13 +64,22 @@ class Stream:
     end_s: float
     server: dict  # the server's own account: native `done` metrics or OpenAI `usage`
 
+    @property
+    def text(self) -> str:
+        return "".join(text for _, text in self.chunks)
+
 
 # -- the protocols ---------------------------------------------------------------------
 
 
-def request_body(config: LoadConfig, prompt: str, params: SamplingParams, stream: bool
-                 ) -> tuple[str, dict]:
-    """(path, JSON body) of one request in `config.api`'s protocol."""
+def request_body(config: LoadConfig, prompt: str, params: SamplingParams, stream: bool,
+                 history: Sequence[tuple[str, str]] = ()) -> tuple[str, dict]:
+    """(path, JSON body) of one request in `config.api`'s protocol; `history` is the
+    conversation before `prompt`, (message, answer) per earlier turn: chat messages on
+    /v1/chat/completions, a transcript of text (`transcript`) everywhere else, since the
+    native routes and /v1/completions take one prompt."""
+    if history and not (config.api == "openai" and config.chat):
+        prompt, history = transcript(history, prompt), ()
     body: dict = {"temperature": params.temperature, "top_p": params.top_p}
     if params.seed is not None:
         body["seed"] = params.seed
@@ -84,9 +98,17 @@ def request_body(config: LoadConfig, prompt: str, params: SamplingParams, stream
     if stream:
         body["stream_options"] = {"include_usage": True}
     if config.chat:
-        return "/v1/chat/completions", {**body, "messages": [{"role": "user",
-                                                               "content": prompt}]}
+        messages = [{"role": role, "content": text} for message, answer in history
+                    for role, text in (("user", message), ("assistant", answer))]
+        return "/v1/chat/completions", {**body, "messages": [*messages, {"role": "user",
+                                                                          "content": prompt}]}
     return "/v1/completions", {**body, "prompt": prompt}
+
+
+def transcript(history: Sequence[tuple[str, str]], prompt: str) -> str:
+    """A conversation as one text: each earlier message and its answer, then `prompt`,
+    apart by blank lines."""
+    return "\n\n".join([text for turn in history for text in turn] + [prompt])
 
 
 async def _events(response: httpx.Response) -> AsyncIterator[ServerSentEvent]:
@@ -109,9 +131,11 @@ def _openai_text(chunk: dict) -> str:
 
 
 async def stream_request(client: httpx.AsyncClient, config: LoadConfig, prompt: str,
-                         params: SamplingParams) -> Stream:
-    """Send one streamed request and record when each chunk of text arrived."""
-    path, body = request_body(config, prompt, params, stream=True)
+                         params: SamplingParams, history: Sequence[tuple[str, str]] = ()
+                         ) -> Stream:
+    """Send one streamed request (after `history`, see `request_body`) and record when
+    each chunk of text arrived."""
+    path, body = request_body(config, prompt, params, stream=True, history=history)
     chunks: list[tuple[float, str]] = []
     server: dict = {}
     start = time.perf_counter()
@@ -204,21 +228,41 @@ class Sent:
     """What one client process sent: per request (when due, when sent, its stream or
     failure, its settings), the requests begun, and the wall time from its start."""
 
-    outcomes: dict[int, tuple[float | None, float, Stream | RequestSample, SamplingParams]]
+    outcomes: dict[int, tuple[float | None, float | None, Stream | RequestSample,
+                              SamplingParams]]
     begun: dict[int, float]  # every request sent: when
     duration_s: float
+
+
+def sessions_of(prompts: Sequence[str | PlannedRequest], num_requests: int
+                ) -> list[list[int]]:
+    """The level's request indices grouped in sessions, in order: a planned session's
+    turns together, every other request a session of its own."""
+    groups: list[list[int]] = []
+    last = None
+    for index in range(num_requests):
+        request = prompts[index % len(prompts)]
+        session = request.session if isinstance(request, PlannedRequest) else None
+        if session is not None and session == last:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+        last = session
+    return groups
 
 
 async def _send(config: LoadConfig, params: SamplingParams,
                 prompts: Sequence[str | PlannedRequest],
                 progress: Callable[[], None] | None = None, share: tuple[int, int] = (0, 1),
                 origin: float | None = None) -> Sent:
-    """Send this process's `share` (worker w of n sends the requests i with i mod n == w)
+    """Send this process's `share` (worker w of n sends the sessions s with s mod n == w)
     of the level; times count from `origin` (a `time.monotonic()` moment every worker
     shares) or from now."""
     # Request i asks prompts[i % len(prompts)], so a seeded schedule sends the same requests.
-    sent: dict[int, tuple[float | None, float, Stream | RequestSample, SamplingParams]] = {}
+    sent: dict[int, tuple[float | None, float | None, Stream | RequestSample,
+                          SamplingParams]] = {}
     begun: dict[int, float] = {}
+    sessions = sessions_of(prompts, config.num_requests)
     # Nagle's algorithm would hold small request writes for the server's delayed ACK.
     transport = httpx.AsyncHTTPTransport(
         limits=httpx.Limits(max_connections=(None if config.arrivals is not None
@@ -229,46 +273,77 @@ async def _send(config: LoadConfig, params: SamplingParams,
         start = time.perf_counter()
         if origin is not None:
             start += origin - time.monotonic()
-            await asyncio.sleep(max(start - time.perf_counter(), 0.0))
+            await _until(start)
 
-        async def send(index: int, scheduled: float | None) -> None:
-            sent_s = time.perf_counter() - start
-            begun[index] = sent_s
-            prompt, asked = _planned(prompts[index % len(prompts)], params)
-            try:
-                outcome: Stream | RequestSample = await stream_request(
-                    client, config, prompt, asked)
-            except (httpx.HTTPError, ServerError, ValueError) as exc:
-                outcome = _failure(exc, time.perf_counter() - start - sent_s)
-            sent[index] = (scheduled, sent_s, outcome, asked)
+        def done(index: int, entry: tuple) -> None:
+            sent[index] = entry
             if progress is not None:
                 progress()
 
-        driver = asyncio.create_task(_open_loop(config, send, start, share)
+        async def converse(indices: list[int], due: float | None) -> None:
+            """One session: its turns in order, each sent `config.think_s` after the
+            previous answer ended, with the conversation so far; `due` is the first turn's
+            scheduled offset (None in closed loop, where nothing is scheduled)."""
+            history: tuple[tuple[str, str], ...] = ()
+            for turn, index in enumerate(indices):
+                prompt, asked = _planned(prompts[index % len(prompts)], params)
+                if turn:
+                    next_due = time.perf_counter() - start + config.think_s
+                    await _until(start + next_due)
+                    due = None if due is None else next_due
+                sent_s = time.perf_counter() - start
+                begun[index] = sent_s
+                try:
+                    outcome: Stream | RequestSample = await stream_request(
+                        client, config, prompt, asked, history)
+                except (httpx.HTTPError, ServerError, ValueError) as exc:
+                    outcome = _failure(exc, time.perf_counter() - start - sent_s)
+                done(index, (due, sent_s, outcome, asked))
+                if isinstance(outcome, RequestSample):  # no answer: no conversation to go on
+                    for later in indices[turn + 1:]:
+                        done(later, (None, None, _ended(turn, outcome),
+                                     _planned(prompts[later % len(prompts)], params)[1]))
+                    return
+                history += ((prompt, outcome.text),)
+
+        driver = asyncio.create_task(_open_loop(config, converse, sessions, start, share)
                                      if config.arrivals is not None
-                                     else _closed_loop(config, send))
-        done, _ = await asyncio.wait([driver], timeout=config.duration_s)
-        if not done:
+                                     else _closed_loop(config, converse, sessions))
+        finished, _ = await asyncio.wait([driver], timeout=config.duration_s)
+        if not finished:
             driver.cancel()  # cancels the requests still running, through their TaskGroup
         await asyncio.gather(driver, return_exceptions=True)
-        if done:
+        if finished:
             driver.result()  # an unexpected error in the client is raised, not hidden
         duration = time.perf_counter() - start
     return Sent(sent, begun, duration)
 
 
+def _ended(turn: int, failure: RequestSample) -> RequestSample:
+    return RequestSample(latency_s=0.0, reason=SESSION_ENDED,
+                         error=f"{SESSION_ENDED}: turn {turn + 1} of its session got no "
+                               f"answer ({failure.reason})")
+
+
 def _result(config: LoadConfig, params: SamplingParams, tokenizer, sent: Sent,
-            objectives: Objectives | None) -> LoadResult:
+            objectives: Objectives | None, prompts: Sequence[str | PlannedRequest]
+            ) -> LoadResult:
     """The level's result: every stream counted, timed and judged, in request order."""
     def count_tokens(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def place(index: int) -> dict:
+        request = prompts[index % len(prompts)]
+        if isinstance(request, PlannedRequest) and request.session is not None:
+            return {"session": request.session, "turn": request.turn}
+        return {}
 
     measured = range(config.warmup, config.num_requests - config.cooldown)
     samples = tuple(
         replace(outcome if isinstance(outcome, RequestSample)
                 else _sample(outcome, count_tokens, config, asked),
                 index=index, scheduled_s=scheduled, sent_s=sent_s, measured=index in measured,
-                max_new_tokens=asked.max_new_tokens)
+                max_new_tokens=asked.max_new_tokens, **place(index))
         for index, (scheduled, sent_s, outcome, asked) in sorted(sent.outcomes.items()))
     # Requests sent but not ended when --duration ran out, and how long each had run; those
     # never sent are not counted.
@@ -289,34 +364,45 @@ def _planned(request: str | PlannedRequest, params: SamplingParams
     return request.prompt, replace(params, max_new_tokens=request.max_new_tokens)
 
 
-async def _closed_loop(config: LoadConfig, send) -> None:
-    """`concurrency` workers, each sending its next request when the previous one ends."""
-    next_index = itertools.count()
+async def _until(moment: float) -> None:
+    """Wait until `time.perf_counter()` reaches `moment`. The event loop's timers wake up
+    to a millisecond late (epoll counts whole milliseconds), so the last SPIN_S are waited
+    by yielding to the loop, which keeps serving the running streams meanwhile."""
+    while (delay := moment - time.perf_counter()) > 0:
+        await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
+
+
+async def _closed_loop(config: LoadConfig, converse, sessions: list[list[int]]) -> None:
+    """`concurrency` workers, each starting its next session when its previous one ends
+    (without sessions: its next request when the previous one ends)."""
+    waiting = iter(sessions)  # shared: each session is taken by one worker
 
     async def worker() -> None:
-        while (index := next(next_index)) < config.num_requests:
-            await send(index, None)
+        for indices in waiting:
+            await converse(indices, None)
 
     async with asyncio.TaskGroup() as group:
         for _ in range(config.concurrency):
             group.create_task(worker())
 
 
-async def _open_loop(config: LoadConfig, send, start: float,
+async def _open_loop(config: LoadConfig, converse, sessions: list[list[int]], start: float,
                      share: tuple[int, int] = (0, 1)) -> None:
-    """Each request of this process's `share` sent at its scheduled offset from `start`
+    """Each session of this process's `share` begun at its scheduled offset from `start`
     (a `time.perf_counter()` moment), whether or not earlier ones have ended."""
     worker, workers = share
+    arrivals = config.arrivals
+    if len(sessions) != config.num_requests:
+        # --rate counts requests: sessions of several turns begin proportionally less
+        # often, so the level offers its rate once every session is under way.
+        arrivals = replace(arrivals, rate=arrivals.rate * (len(sessions) / config.num_requests))
     async with asyncio.TaskGroup() as group:
-        for index, offset in enumerate(config.arrivals.offsets(config.num_requests)):
-            if index % workers != worker:
+        for number, (indices, offset) in enumerate(
+                zip(sessions, arrivals.offsets(len(sessions)), strict=True)):
+            if number % workers != worker:
                 continue
-            # The event loop's timers wake up to a millisecond late (epoll counts whole
-            # milliseconds), so the last SPIN_S are waited by yielding to the loop, which
-            # keeps serving the running streams meanwhile.
-            while (delay := start + offset - time.perf_counter()) > 0:
-                await asyncio.sleep(delay - SPIN_S if delay > SPIN_S else 0)
-            group.create_task(send(index, float(offset)))
+            await _until(start + offset)
+            group.create_task(converse(indices, float(offset)))
 
 
 def run_load(config: LoadConfig, params: SamplingParams, tokenizer,
@@ -339,4 +425,4 @@ def run_load(config: LoadConfig, params: SamplingParams, tokenizer,
                     max(part.duration_s for part in parts))
     else:
         sent = asyncio.run(_send(config, params, prompts, progress))
-    return _result(config, params, tokenizer, sent, objectives)
+    return _result(config, params, tokenizer, sent, objectives, prompts)

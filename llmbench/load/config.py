@@ -12,6 +12,9 @@ APIS = ("native", "openai")
 # Why a request got no answer at all (beside an HTTP status); `result` names the rest.
 ERROR_EVENT, TIMEOUT, CONNECTION_ERROR, BAD_STREAM = (
     "error event", "timeout", "connection error", "bad stream")
+# A later turn of a conversation whose earlier turn got no answer: never sent, since there
+# was no conversation to resend.
+SESSION_ENDED = "session ended"
 
 
 # Where `llmbench serve` listens by default. The client keeps its own copy rather than
@@ -39,6 +42,7 @@ class LoadConfig:
     cooldown: int = 0
     max_lag_s: float = 0.010  # open loop: a p99 lag beyond it means the client fell behind
     workers: int = 1  # open loop: client processes the schedule is spread over
+    think_s: float = 0.0  # multi-turn: from an answer's end to the session's next turn
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -56,6 +60,8 @@ class LoadConfig:
         if self.workers < 1 or (self.workers > 1 and self.arrivals is None):
             raise UserError("--workers spreads an open-loop schedule over processes: add "
                             "--rate, or drop --workers")
+        if not 0 <= self.think_s < float("inf"):
+            raise UserError("--think-time must be zero or positive milliseconds")
         if not self.max_lag_s > 0:
             raise UserError("--max-lag must be positive milliseconds")
         if not self.timeout_s > 0 or (self.duration_s is not None and not self.duration_s > 0):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -109,6 +109,18 @@ class RequestSample:
     sent_s: float | None = None
     measured: bool = True
     max_new_tokens: int | None = None  # the token limit this request asked for
+    # Multi-turn: the conversation it belongs to and its place in it, from 0 (None: a
+    # request on its own).
+    session: int | None = None
+    turn: int | None = None
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> RequestSample:
+        """A sample as `llmbench load` saved it (`asdict`); fields a file from an older
+        llmbench lacks take their defaults."""
+        known = {f.name for f in fields(cls)}
+        values = {name: value for name, value in saved.items() if name in known}
+        return cls(**{**values, "itl_s": tuple(values.get("itl_s") or ())})
 
     @property
     def tpot_s(self) -> float | None:
@@ -289,7 +301,8 @@ class LoadResult:
         """Open loop: whether the server's queue grew through the level (`queueing`)."""
         if self.config.arrivals is None:
             return None
-        return queue_trend([s.ttft_s for s in sorted(self.ok, key=lambda s: s.index or 0)
+        # In the order sent: a session's later turns are sent long after their index.
+        return queue_trend([s.ttft_s for s in sorted(self.ok, key=lambda s: s.sent_s or 0.0)
                             if s.ttft_s is not None])
 
     def objective_checks(self) -> list[ObjectiveCheck]:
@@ -342,6 +355,8 @@ class LoadResult:
                 "offered_rate": self.offered_rate,
                 "num_requests": self.num_requests,
                 "num_left_out": len(self.samples) - len(self.measured),
+                "num_sessions": len({s.session for s in self.measured
+                                     if s.session is not None}) or None,
                 "num_ok": len(self.ok), "num_errors": self.num_errors,
                 "is_mostly_failed": self.is_mostly_failed,
                 "errors_by_reason": self.errors_by_reason, "num_cut_off": self.num_cut_off,
@@ -391,6 +406,8 @@ def summary_line(summary: dict) -> str:
                 f"({_counts(reasons)}), {ok} ok")
     else:
         head = f"{ok} ok, {errors} errors" + (f" ({_counts(reasons)})" if errors else "")
+    if summary.get("num_sessions"):
+        head += f", in {summary['num_sessions']} sessions"
     if summary["num_left_out"]:
         head += f", {summary['num_left_out']} left out (warm-up and cool-down)"
     counted = summary["tokens_counted_by"]

@@ -15,6 +15,12 @@ enough), so no two requests share a prefix by accident. `--shared-prefix N
 text, as a system prompt or a few-shot preamble repeated by many users is: what a
 server's prefix cache is for.
 
+Multi-turn sessions (`--turns`, a distribution as above): consecutive requests form a
+conversation of that many turns, each turn a planned request as above (the shared prefix
+on its first turn only); the client sends a turn after the previous one's answer, with the
+conversation so far (`client`), so each turn's prompt is longer than the last and begins
+with what the server has just seen.
+
 Lengths are drawn from the run's seed, so two runs with the same flags send the same
 requests. A prompt's token count is the tokenizer's before any chat template; servers
 re-tokenize text, so the count they report can differ by a token at a seam.
@@ -106,11 +112,14 @@ def _from_file(path: Path, flag: str) -> Lengths:
 
 @dataclass(frozen=True)
 class PlannedRequest:
-    """One request as the workload plans it: its prompt, and its own token limit (None:
-    the run's `--max-new-tokens`)."""
+    """One request as the workload plans it: its prompt (a session's turn: its new
+    message), its own token limit (None: the run's `--max-new-tokens`), and the session
+    and turn it belongs to (None: a request on its own)."""
 
     prompt: str
     max_new_tokens: int | None = None
+    session: int | None = None
+    turn: int = 0
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,7 @@ class Workload:
     output_tokens: Lengths | None = None
     prefix_tokens: int = 0
     prefix_groups: int = 1
+    turns: Lengths | None = None  # turns per session; None: every request on its own
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -153,8 +163,13 @@ class Workload:
         prefixes = [tokenizer.decode(_cut(ids, group * self.prefix_tokens, self.prefix_tokens))
                     + "\n\n" if self.prefix_tokens else ""
                     for group in range(self.prefix_groups)]
-        return [PlannedRequest(prefixes[i % self.prefix_groups] + bodies[i], outputs[i])
-                for i in range(n)]
+        if self.turns is None:
+            return [PlannedRequest(prefixes[i % self.prefix_groups] + bodies[i], outputs[i])
+                    for i in range(n)]
+        places = _sessions(self.turns.draw(rng, n), n)
+        return [PlannedRequest((prefixes[session % self.prefix_groups] if not turn else "")
+                               + bodies[i], outputs[i], session, turn)
+                for i, (session, turn) in enumerate(places)]
 
     def describe(self) -> str:
         parts = []
@@ -165,7 +180,20 @@ class Workload:
         if self.prefix_tokens:
             parts.append(f"a {self.prefix_tokens}-token prefix shared in "
                          f"{self.prefix_groups} group(s)")
+        if self.turns is not None:
+            parts.append(f"sessions of {self.turns.describe()} turns")
         return ", ".join(parts) or "the shipped questions"
+
+
+def _sessions(lengths: list[int], n: int) -> list[tuple[int, int]]:
+    """(session, turn) of each of `n` requests, sessions taking their drawn numbers of
+    turns in order; the last one ends where the requests do."""
+    places: list[tuple[int, int]] = []
+    for session, length in enumerate(lengths):
+        places.extend((session, turn) for turn in range(length))
+        if len(places) >= n:
+            break
+    return places[:n]
 
 
 def _cut(ids: list[int], start: int, length: int) -> list[int]:
