@@ -348,6 +348,7 @@ def test_cli_finds_a_capacity_within_its_budget(live, capsys):
     assert "capacity: " in captured.err
     capacity = json.loads(captured.out)["capacity"]
     assert capacity["capacity_rate"] >= 4.0 and capacity["rates_tried"][0] == 4.0
+    assert capacity["line"] in captured.err  # a saved run's report can say it again
 
 
 @pytest.mark.parametrize(("argv", "message"), [

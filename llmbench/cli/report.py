@@ -17,8 +17,16 @@ BASELINE = "--baseline B.json|latest"
 
 def cmd_report(args: argparse.Namespace) -> int:
     # matplotlib loads only when a report is asked for
+    from llmbench.report.load_report import read_load_document, write_load_report
     from llmbench.report.write import latest_baseline, write_report
 
+    if (document := read_load_document(args.run)) is not None:
+        if args.baseline is not None:
+            raise UserError("--baseline compares suite runs: a load run's report has no "
+                            "baseline (run `llmbench load` again to compare rates)")
+        markdown, pictures = write_load_report(document, args.out_dir, force=args.force)
+        print(f"wrote {markdown} and {len(pictures)} plots: {', '.join(pictures)}")
+        return Exit.OK
     misuse = options.only_with(vars(args), BASELINE, FLAGS)
     if misuse and args.baseline is None:
         raise UserError(misuse)
@@ -48,13 +56,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     """Add the `report` subcommand to the `llmbench` command."""
     parser = subparsers.add_parser(
-        "report", help="report.md (tables, verdicts, environment) and PNG plots for a run",
+        "report", help="report.md (tables, verdicts, environment) and PNG plots for a run, "
+                       "or for a load run that `llmbench load --output` saved",
         description="Write DIR/report.md (per group: median, IQR, tokens/s, ms/token; with "
                     "--baseline, the gate's verdicts) and PNG plots with min-max whiskers. "
                     "Refuses a DIR that already holds a report unless --force.")
     parser.add_argument("run", metavar="RUN", help="a saved run's JSON, e.g. "
                         "baselines/<model>-<device>-<dtype>/NNNN_*.json, or an environment "
-                        "folder (its newest run)")
+                        "folder (its newest run), or the JSON of `llmbench load --output` "
+                        "(its levels, capacity, latency plot and timelines)")
     parser.add_argument("--baseline", metavar="B.json|latest", default=None,
                         help="a run to compare with: verdict columns, and overlaid on the "
                              "plots; 'latest': the newest other run of RUN's environment in "

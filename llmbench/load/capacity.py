@@ -62,7 +62,8 @@ class Capacity:
         return {"capacity_rate": self.met_rate, "not_met_rate": self.missed_rate,
                 "client_behind_rate": self.behind_rate,
                 "stopped": self.stopped, "seconds": self.seconds,
-                "rates_tried": [level.config.arrivals.rate for level in self.levels]}
+                "rates_tried": [level.config.arrivals.rate for level in self.levels],
+                "line": self.line()}
 
     def line(self) -> str:
         """The answer in one line."""

@@ -13,6 +13,8 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from llmbench.load.result import RequestSample
+
 DPI = 110
 PERCENTILE_STYLES = (("p50", "-", "o"), ("p99", "--", "s"))
 
@@ -39,16 +41,18 @@ def _timeline_panel(ax, level: dict) -> None:
     marked; requests outside the objectives or failed in red, the warm-up and cool-down
     in grey."""
     limits = (level.get("objectives") or {}).get("limits_ms", {})
-    for sample in level["samples"]:
-        if sample["sent_s"] is None:
+    for saved in level["samples"]:
+        sample = RequestSample.from_dict(saved)
+        if sample.sent_s is None:
             continue
-        start, end = sample["sent_s"], sample["sent_s"] + sample["latency_s"]
-        failed = sample["error"] is not None or any(
-            _value_ms(sample, metric) > limit for metric, limit in limits.items())
-        color = "0.7" if not sample["measured"] else ("tab:red" if failed else "tab:blue")
-        ax.hlines(sample["index"], start, end, color=color, linewidth=1.5)
-        if sample["ttft_s"] is not None:
-            ax.plot(start + sample["ttft_s"], sample["index"], "|", color="black",
+        outside = any(sample.objective_value_s(metric) * 1e3 > limit
+                      for metric, limit in limits.items())
+        color = ("0.7" if not sample.measured
+                 else "tab:red" if sample.error is not None or outside else "tab:blue")
+        ax.hlines(sample.index, sample.sent_s, sample.sent_s + sample.latency_s, color=color,
+                  linewidth=1.5)
+        if sample.ttft_s is not None:
+            ax.plot(sample.sent_s + sample.ttft_s, sample.index, "|", color="black",
                     markersize=4)
     ax.set_xlabel("seconds from the level's start")
     ax.set_ylabel("request")
@@ -56,29 +60,30 @@ def _timeline_panel(ax, level: dict) -> None:
                  "(| first token; red: outside the objectives or failed; grey: left out)")
 
 
-def _value_ms(sample: dict, metric: str) -> float:
-    if metric == "ttft":
-        return (sample["ttft_s"] or 0.0) * 1e3
-    if metric == "e2e":
-        return sample["latency_s"] * 1e3
-    tokens = sample["tokenizer_tokens"]
-    if sample["ttft_s"] is None or tokens < 2:
-        return 0.0
-    return (sample["latency_s"] - sample["ttft_s"]) / (tokens - 1) * 1e3
+def _figure(size: tuple[float, float]) -> Figure:
+    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
 
 
 def draw(run: dict, path: Path, timeline_level: int = -1) -> None:
-    """Write the figure for a `llmbench load` JSON document to `path` (PNG or SVG, by its
-    suffix): TTFT and ITL percentiles against throughput, and the timeline of one level
+    """Write the figure for a `llmbench load` JSON document to `path` (PNG, SVG or PDF, by
+    its suffix): TTFT and ITL percentiles against throughput, and the timeline of one level
     (the last by default)."""
     levels = run["levels"]
     limits = (levels[0].get("objectives") or {}).get("limits_ms", {}) if levels else {}
-    fig = Figure(figsize=(12, 8), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = _figure((12, 8))
     top = fig.subfigures(2, 1, height_ratios=(1, 1.2))
     left, right = top[0].subplots(1, 2)
     _latency_panel(left, levels, "ttft_ms", "time to first token", limits.get("ttft"))
     _latency_panel(right, levels, "tpot_ms", "inter-token latency (per request)",
                    limits.get("itl"))
     _timeline_panel(top[1].subplots(), levels[timeline_level])
+    fig.savefig(path, dpi=DPI)
+
+
+def draw_timeline(level: dict, path: Path) -> None:
+    """Write one level's timeline alone to `path`."""
+    fig = _figure((12, 4.5))
+    _timeline_panel(fig.subplots(), level)
     fig.savefig(path, dpi=DPI)

@@ -14,8 +14,10 @@ one atomic writer.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,18 +75,12 @@ def write_report(run_path: str | os.PathLike, out_dir: str | os.PathLike,
                  store: str | None = None) -> ReportResult:
     """Write report.md and the plots into out_dir; refuse an existing report unless force."""
     out = Path(out_dir)
-    target = out / REPORT_NAME
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out} exists and is not a folder: choose another -o")
-    if target.exists() and not force:
-        raise UserError(f"{out} already holds a report: pass --force to replace it, or "
-                        "choose another -o folder")
+    target = report_path(out, force)
     judged = baseline_path is not None  # the gate needs raw samples on both sides
     run = load_run(run_path, samples=judged, store=store)
     baseline = load_run(baseline_path, samples=True, store=store) if judged else None
     result = compare(baseline, run, options) if baseline is not None else None
-    try:
-        out.mkdir(parents=True, exist_ok=True)
+    with writing_into(out):
         if force:  # a plot this run cannot draw must not survive from the last report
             for name in (*plots.PLOT_FILES, verdict_plot.FILE):
                 (out / name).unlink(missing_ok=True)
@@ -93,9 +89,30 @@ def write_report(run_path: str | os.PathLike, out_dir: str | os.PathLike,
         outcomes = plots.draw_all(run, _like_for_like(baseline, result), out)
         runs.write_atomic(target, render_markdown(run, result, baseline, outcomes),
                           replace=force)
+    return ReportResult(markdown=target, plots=outcomes, gate=result)
+
+
+def report_path(out: Path, force: bool) -> Path:
+    """Where report.md goes in `out`: refused when `out` is a file, or already holds a
+    report and `force` is not set (checked before anything is measured or drawn)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} exists and is not a folder: choose another -o")
+    target = out / REPORT_NAME
+    if target.exists() and not force:
+        raise UserError(f"{out} already holds a report: pass --force to replace it, or "
+                        "choose another -o folder")
+    return target
+
+
+@contextlib.contextmanager
+def writing_into(out: Path) -> Iterator[None]:
+    """Create `out` and write into it; a report that appeared meanwhile, or a folder that
+    cannot be written, is one line."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        yield
     except FileExistsError:
         raise UserError(f"{out} already holds a report: pass --force to replace it") from None
     except OSError as exc:
         raise UserError(f"cannot write the report into {out}: {exc.strerror or exc}") from None
-    return ReportResult(markdown=target, plots=outcomes, gate=result)
 
