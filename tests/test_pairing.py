@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_suite import FAKE_TEST, make_fake_repo
+from fake_suite import git as _git
 from gate_runs import REPO, TINY_ARGS
 
 from llmbench import ab, gate, runs
@@ -29,103 +31,15 @@ from llmbench.ab import cpus, pair_worker, pairing
 from llmbench.errors import Exit
 from llmbench.gate.stats import Verdict
 
-FAKE_CONFTEST = '''
-import json, os, subprocess, time
-from pathlib import Path
-
-import pytest
-
-ENV = {"model": "fake", "device": "cpu", "device_name": "x", "dtype": "float32",
-       "threads": 1, "fingerprint": {"name": "fake"}, "versions": {}}
-
-
-def pytest_addoption(parser):
-    parser.addoption("--baseline-dir")
-    parser.addoption("--model", default="fake")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def model():
-    """Stands for loading and warming a model: FAKE_LOAD_S seconds, traced."""
-    start = time.monotonic()
-    time.sleep(float(os.environ.get("FAKE_LOAD_S", "0")))
-    with open(os.environ["FAKE_TRACE"] + ".load", "a") as trace:
-        trace.write(f"load {os.environ.get('LLMBENCH_PAIR_SIDE')} {start} "
-                    f"{time.monotonic()}\\n")
-
-
-def pytest_sessionfinish(session):
-    config = session.config
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    benchmarks = [{"name": b.name, "fullname": b.fullname, "group": b.group,
-                   "stats": {"data": list(b.stats.data)}}
-                  for b in config._benchmarksession.benchmarks]
-    run = {"benchmarks": benchmarks, "commit_info": {"id": commit},
-           "llmbench": {"environment": ENV}}
-    config.hook.pytest_benchmark_update_json(config=config, benchmarks=[], output_json=run)
-    folder = Path(config.getoption("baseline_dir")) / "fake-cpu-float32"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "0001_x.json").write_text(json.dumps(run))
-'''
-
-FAKE_TEST = '''
-import os, time
-
-import pytest
-
-import llmbench
-
-if os.environ.get("FAKE_RENDEZVOUS"):  # collecting: meet the other side, if it collects too
-    _here = os.environ["FAKE_RENDEZVOUS"]
-    _side = os.environ.get("LLMBENCH_PAIR_SIDE")
-    open(os.path.join(_here, _side), "w").close()
-    _other = "candidate" if _side == "baseline" else "baseline"
-    _give_up = time.monotonic() + 30
-    while not os.path.exists(os.path.join(_here, _other)) and time.monotonic() < _give_up:
-        time.sleep(0.05)
-    with open(os.environ["FAKE_TRACE"] + ".load", "a") as trace:
-        trace.write(f"met {_side} {os.path.exists(os.path.join(_here, _other))}\\n")
-
-
-def _round(speed):
-    start = time.monotonic()
-    if os.environ.get("FAKE_FAIL_SIDE") == os.environ.get("LLMBENCH_PAIR_SIDE"):
-        raise RuntimeError("fake benchmark failing on purpose")
-    time.sleep(0.01 * speed)
-    with open(os.environ["FAKE_TRACE"], "a") as trace:
-        trace.write(f"{os.environ.get('LLMBENCH_PAIR_SIDE')} {os.getpid()} {start} "
-                    f"{time.monotonic()} {speed}\\n")
-
-
-@pytest.mark.benchmark(group="speed")
-def test_speed(benchmark):
-    benchmark.pedantic(_round, args=(llmbench.SPEED,), rounds=3)
-'''
-
-
 # The installed command: `python -m llmbench` in the fake repository would import its fake
 # llmbench, the working directory coming first on the import path.
 LLMBENCH = str(Path(sys.executable).parent / "llmbench")
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
-                          text=True).stdout
-
-
 @pytest.fixture
 def fake_repo(tmp_path, monkeypatch) -> Path:
-    repo = tmp_path / "repo"
-    (repo / "llmbench").mkdir(parents=True)
-    (repo / "llmbench" / "__init__.py").write_text("SPEED = 1.0\n")
-    (repo / "conftest.py").write_text(textwrap.dedent(FAKE_CONFTEST))
-    (repo / "test_fake.py").write_text(textwrap.dedent(FAKE_TEST))
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "speed 1")
     monkeypatch.setenv("FAKE_TRACE", str(tmp_path / "trace.txt"))
-    return repo
+    return make_fake_repo(tmp_path / "repo")
 
 
 def _trace(tmp_path: Path) -> list[tuple[str, int, float, float]]:

@@ -18,6 +18,7 @@ from llmbench.ab.checkout import (
     child_env,
     end_on_sigterm,
     repo_root,
+    resolve_rev,
     side_env,
     worktree,
 )
@@ -25,6 +26,7 @@ from llmbench.ab.run import DEFAULT_BUDGET_S, judge_in_turn, live_threshold, run
 
 __all__ = [
     "DEFAULT_BUDGET_S", "ABError", "Checkout", "check_imports", "check_pytest_args",
-    "child_env", "end_on_sigterm", "judge_in_turn", "live_threshold", "repo_root", "run_ab",
+    "child_env", "end_on_sigterm", "judge_in_turn", "live_threshold", "repo_root",
+    "resolve_rev", "run_ab",
     "side_env", "worktree",
 ]

@@ -39,7 +39,7 @@ class Checkout:
     commit: str | None = None  # the commit its runs must record, when known
 
 
-def _git(repo: Path, *args: str) -> str:
+def git(repo: Path, *args: str) -> str:
     try:
         proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
     except FileNotFoundError:
@@ -53,7 +53,7 @@ def _git(repo: Path, *args: str) -> str:
 def repo_root(path: str | os.PathLike = ".") -> Path:
     """The top of the git checkout holding `path` (the candidate's working tree)."""
     try:
-        return Path(_git(Path(path), "rev-parse", "--show-toplevel"))
+        return Path(git(Path(path), "rev-parse", "--show-toplevel"))
     except ABError:
         raise ABError(f"{Path(path).resolve()} is not inside a git checkout: run llmbench ab "
                       "from the repository whose working tree is the candidate") from None
@@ -61,28 +61,28 @@ def repo_root(path: str | os.PathLike = ".") -> Path:
 
 def resolve_rev(repo: Path, rev: str) -> str:
     try:
-        return _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+        return git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     except ABError:
         raise ABError(f"unknown revision {rev!r} in {repo}: pass a branch, tag or commit "
                       "(git rev-parse must know it)") from None
 
 
 @contextlib.contextmanager
-def worktree(repo: Path, rev: str) -> Iterator[tuple[Path, str]]:
+def worktree(repo: Path, rev: str, side: str = "baseline") -> Iterator[tuple[Path, str]]:
     """Check `rev` out, detached, into a temporary worktree; always removed afterwards."""
     sha = resolve_rev(repo, rev)
     parent = Path(tempfile.mkdtemp(prefix="llmbench-ab-"))
-    path = parent / f"baseline-{sha[:8]}"
+    path = parent / f"{side}-{sha[:8]}"
     try:
-        _git(repo, "worktree", "add", "--detach", "--quiet", str(path), sha)
+        git(repo, "worktree", "add", "--detach", "--quiet", str(path), sha)
         yield path, sha
     finally:
         try:
-            _git(repo, "worktree", "remove", "--force", str(path))
+            git(repo, "worktree", "remove", "--force", str(path))
         except ABError:
             shutil.rmtree(path, ignore_errors=True)
             with contextlib.suppress(ABError):
-                _git(repo, "worktree", "prune")
+                git(repo, "worktree", "prune")
         shutil.rmtree(parent, ignore_errors=True)
 
 

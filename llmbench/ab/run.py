@@ -39,6 +39,11 @@ from llmbench.gate.compare import GateOptions, GateResult, compare_paired
 DEFAULT_BUDGET_S = 600.0  # paired: ten minutes fits the quick selection on a 2-core CPU
 
 
+class BudgetSpent(ABError):
+    """The budget ended before any benchmark had a timed pair: both sides ran, nothing was
+    measured (too short a budget, not a broken side)."""
+
+
 def live_threshold(options: GateOptions, nodeid: str, group: str | None,
                    device_option: str | None) -> float:
     """A benchmark's threshold while pairing, before any run is saved: as `compare` resolves
@@ -61,9 +66,11 @@ def run_ab(rev: str, *, budget_s: float = DEFAULT_BUDGET_S, max_pairs: int | Non
            on_interrupt=None, focus: bool = False,
            disturbed_share: float | None = None,
            clearing_alpha: float | None = None,
-           schedule: Mapping[str, float] | None = None) -> GateResult:
-    """`llmbench ab REV`: REV's suite against the working tree's, paired round by round
-    within `budget_s` (`pairing`). `focus`: a benchmark whose pairs point at a regression may
+           schedule: Mapping[str, float] | None = None,
+           candidate_rev: str | None = None) -> GateResult:
+    """`llmbench ab REV`: REV's suite against the working tree's (or, given `candidate_rev`,
+    that revision's, in a worktree of its own), paired round by round within `budget_s`
+    (`pairing`). `focus`: a benchmark whose pairs point at a regression may
     take the rest of the budget (`focus`), for a confirmation, which needs one decided
     regression, not every verdict. A pair in which others took more than `disturbed_share`
     of a side's CPUs is taken again. `clearing_alpha` (a confirmation's unsplit alpha): a
@@ -89,10 +96,16 @@ def run_ab(rev: str, *, budget_s: float = DEFAULT_BUDGET_S, max_pairs: int | Non
             tempfile.TemporaryDirectory(prefix="llmbench-ab-runs-")))
         source, sha = stack.enter_context(worktree(root, rev))
         baseline = Checkout("baseline", source, commit=sha)
-        candidate = Checkout("candidate", root, tuple(candidate_args))
+        if candidate_rev is None:
+            candidate = Checkout("candidate", root, tuple(candidate_args))
+            told = f"the working tree {root}"
+        else:
+            where, commit = stack.enter_context(worktree(root, candidate_rev, "candidate"))
+            candidate = Checkout("candidate", where, tuple(candidate_args), commit=commit)
+            told = f"{candidate_rev} ({commit[:8]}) in {where}"
         if log is not None:
-            print(f"llmbench ab: baseline {rev} ({sha[:8]}) in {source}; candidate: the "
-                  f"working tree {root}; paired rounds, budget {budget_s:.0f} s, at most "
+            print(f"llmbench ab: baseline {rev} ({sha[:8]}) in {source}; candidate: "
+                  f"{told}; paired rounds, budget {budget_s:.0f} s, at most "
                   f"{design.max_pairs} pairs a benchmark", file=log)
         return judge_in_turn(baseline, candidate, pytest_args=pytest_args, workdir=workdir,
                              design=design, budget_s=budget_s, options=options, log=log,
@@ -133,8 +146,8 @@ def judge_in_turn(baseline: Checkout, candidate: Checkout, *, pytest_args: Seque
     unpaired = {r["name"]: r["threshold"] for r in paired.pairing["benchmarks"]
                 if not (r["baseline"] and r["candidate"])}
     if len(unpaired) == len(paired.pairing["benchmarks"]):
-        raise ABError(f"the budget ({budget_s:.0f} s) was spent before any benchmark had a "
-                      "timed pair: pass a longer --budget")
+        raise BudgetSpent(f"the budget ({budget_s:.0f} s) was spent before any benchmark had "
+                          "a timed pair: pass a longer --budget")
     base, cand = runs.load_run(paired.baseline), runs.load_run(paired.candidate)
     for run, side in ((base, baseline), (cand, candidate)):
         check_commit(run, side)

@@ -17,6 +17,7 @@ from llmbench import __version__
 from llmbench.cli import (
     ab,
     agreement,
+    bisect,
     compare,
     dashboard,
     doctor,
@@ -56,7 +57,7 @@ DOCS_PAGES = {
     "generate": "getting-started.md", "models": "getting-started.md",
     "agreement": "engines.md", "profile": "engines.md", "report": "reports.md",
     "compare": "verdicts.md", "ab": "ab.md", "history": "history.md", "dashboard": "dashboard.md",
-    "serve": "server.md", "load": "server.md", "doctor": "stability.md",
+    "serve": "server.md", "load": "server.md", "doctor": "stability.md", "bisect": "bisect.md",
     "store": "stores.md",
 }
 
@@ -72,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                       epilog=_docs_epilog("index.md"))
     parser.add_argument("--version", action="version", version=f"llmbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for command in (generate, agreement, profile, report, compare, ab, history, dashboard,
-                    server, load, doctor, store):
+    for command in (generate, agreement, profile, report, compare, ab, bisect, history,
+                    dashboard, server, load, doctor, store):
         command.register(sub)
     for name, command_parser in sub.choices.items():
         epilog = _docs_epilog(DOCS_PAGES[name])  # KeyError: a new command needs its page

@@ -18,13 +18,16 @@ from llmbench.argtypes import duration, parsed_by, whole_number
 from llmbench.cli.args import add_gate_arguments
 
 COMMAND = "ab"
+# The commands whose arguments after `--` go to pytest.
+PYTEST_COMMANDS = (COMMAND, "bisect")
 
 
 def split_pytest_args(argv: list[str]) -> tuple[list[str], list[str] | None]:
     """(the arguments for argparse, those for pytest), or (argv, None) when the command is
-    not `ab` or has no `--`: other commands keep argparse's own meaning of `--`."""
+    not `ab` or `bisect`, or has no `--`: other commands keep argparse's own meaning of
+    `--`."""
     words = [a for a in argv if not a.startswith("-")]
-    if "--" not in argv or not words or words[0] != COMMAND:
+    if "--" not in argv or not words or words[0] not in PYTEST_COMMANDS:
         return argv, None
     cut = argv.index("--")
     return argv[:cut], argv[cut + 1:]

@@ -1,0 +1,363 @@
+"""`llmbench bisect GOOD BAD`: the first commit between two revisions whose benchmarks got
+slower beyond the threshold, found by paired A/B (`run_ab`), never guessed from stored runs.
+
+The commits are GOOD..BAD along first parents (the order a branch's history was merged
+in), oldest first. The first step pairs GOOD against BAD on the selected benchmarks: those
+it finds slower are watched from then on (later steps run only them), and when none is,
+the range holds no slower commit and the bisection ends there. Each later step pairs GOOD
+against the open commit nearest the middle, halving the range as `git bisect` does: slower
+on any watched benchmark, the culprit is that commit or an earlier one; not slower on every
+one (paired intervals that rule the threshold out), a later one. A step the A/B cannot
+decide within its share of the budget is not guessed at: the bisection stops with the
+range it had. A commit whose suite cannot run (it fails to import, lacks a watched
+benchmark, or its suite fails) is skipped as `git bisect skip` does, and the open commit
+next nearest the middle is measured instead. When one commit is left, a last step pairs it
+against its parent, so the result shows what that commit alone did.
+
+Each step gets an equal share of what is left of the budget over the steps still expected.
+Every step is saved as it ends, so an interruption loses at most the step it was in, and
+running the same bisection again reuses every verdict already measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from llmbench import runs
+from llmbench.ab.checkout import ABError, git, repo_root, resolve_rev
+from llmbench.ab.run import BudgetSpent, run_ab
+from llmbench.errors import UserError
+from llmbench.gate.compare import GateOptions, GateResult
+from llmbench.gate.stats import Verdict
+
+SLOWER, NOT_SLOWER, UNDECIDED, SKIPPED = "slower", "not slower", "undecided", "skipped"
+# How a bisection ended.
+FOUND = "found"  # one commit, measured against its parent
+NONE_SLOWER = "none slower"  # BAD is not slower than GOOD beyond the threshold
+NARROWED = "narrowed"  # to a range only skipped commits keep open
+STOPPED = "stopped"  # a step undecided, or the budget spent: the range reached so far
+CLEARED = {Verdict.UNCHANGED, Verdict.IMPROVEMENT, Verdict.NOT_SLOWER}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One paired A/B: `commit` against `baseline` on `watched` (empty: every selected
+    benchmark), what it decided, and each benchmark's verdict with its ratio and interval."""
+
+    baseline: str
+    commit: str
+    watched: tuple[str, ...]
+    outcome: str
+    seconds: float
+    benchmarks: tuple[dict, ...] = ()
+    reason: str = ""
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> Step:
+        return cls(**{**saved, "watched": tuple(saved["watched"]),
+                      "benchmarks": tuple(saved["benchmarks"])})
+
+    @property
+    def slower(self) -> tuple[str, ...]:
+        return tuple(b["name"] for b in self.benchmarks if b["verdict"] == Verdict.REGRESSION)
+
+    def line(self, name: Callable[[str], str]) -> str:
+        """The step in a line: what against what, the outcome, and the benchmarks that
+        decided it."""
+        head = (f"{name(self.commit)} against {name(self.baseline)}: {self.outcome.upper()} "
+                f"({self.seconds:.0f} s)")
+        if self.outcome == SKIPPED or (self.reason and not self.benchmarks):
+            return f"{head}: {self.reason}"
+        shown = [b for b in self.benchmarks if b["name"] in self.slower] or list(
+            self.benchmarks)
+        return head + "; " + "; ".join(
+            f"{b['label']} {b['verdict']} x{b['ratio']:.3f} [{b['ci_low']:.3f}, "
+            f"{b['ci_high']:.3f}]" for b in shown[:4]) + (
+            f"; and {len(shown) - 4} more" if len(shown) > 4 else "")
+
+
+@dataclass
+class Bisection:
+    """A bisection's arguments, commits, steps so far and, once ended, its answer."""
+
+    good: str
+    bad: str
+    key: str  # what must match for a saved bisection's steps to be reused
+    commits: tuple[str, ...]  # GOOD..BAD along first parents, oldest first; BAD last
+    subjects: dict[str, str]
+    steps: list[Step] = field(default_factory=list)
+    answer: str | None = None
+    culprit: str | None = None
+    first_possible: str | None = None  # the range the culprit is known to lie in
+    last_possible: str | None = None
+    skipped: tuple[str, ...] = ()
+    reason: str = ""
+    watched: tuple[str, ...] = ()  # the benchmarks GOOD against BAD found slower
+    parent: str | None = None  # the culprit's parent, which the last step paired it with
+
+    def name(self, sha: str) -> str:
+        label = "GOOD" if sha == self.good else "BAD" if sha == self.bad else None
+        subject = self.subjects.get(sha, "")
+        return f"{sha[:8]}{f' ({label})' if label else ''} {subject!r}".rstrip()
+
+    def find(self, baseline: str, commit: str, watched: tuple[str, ...],
+             decided_only: bool = True) -> Step | None:
+        """The newest step of `commit` against `baseline` on `watched`; an undecided one
+        only when not `decided_only` (a new run measures it again, with its own share)."""
+        for step in reversed(self.steps):
+            if (step.baseline, step.commit, step.watched) == (baseline, commit, watched) and (
+                    not decided_only or step.outcome != UNDECIDED):
+                return step
+        return None
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "steps": [dataclasses.asdict(s) for s in self.steps]}
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> Bisection:
+        return cls(**{**saved, "commits": tuple(saved["commits"]),
+                      "skipped": tuple(saved["skipped"]), "watched": tuple(saved["watched"]),
+                      "steps": [Step.from_dict(s) for s in saved["steps"]]})
+
+    def answer_line(self) -> str:
+        if self.answer == FOUND:
+            return f"the first slower commit: {self.name(self.culprit)}"
+        if self.answer == NONE_SLOWER:
+            return ("no commit in this range is slower beyond the threshold: "
+                    f"{self.name(self.bad)} is not slower than {self.name(self.good)}")
+        where = (f"the first slower commit lies from {self.name(self.first_possible)} to "
+                 f"{self.name(self.last_possible)}")
+        if self.answer == NARROWED:
+            return (f"{where}; the commits inside could not be measured ("
+                    f"{', '.join(s[:8] for s in self.skipped)})")
+        return f"{where}: {self.reason}"
+
+    def skipped_line(self) -> str | None:
+        if not self.skipped:
+            return None
+        return ("skipped, as they could not be measured: "
+                + ", ".join(self.name(sha) for sha in self.skipped))
+
+
+def default_output(good: str, bad: str) -> Path:
+    return Path(f"bisect-{good[:8]}-{bad[:8]}.json")
+
+
+def _key(good: str, bad: str, pytest_args: Sequence[str], options: GateOptions) -> str:
+    described = json.dumps([good, bad, list(pytest_args), repr(options)])
+    return hashlib.sha256(described.encode()).hexdigest()[:16]
+
+
+def first_parent_commits(root: Path, good: str, bad: str) -> tuple[tuple[str, ...],
+                                                                    dict[str, str]]:
+    """GOOD..BAD along first parents, oldest first, and each commit's subject (GOOD's too)."""
+    listed = git(root, "log", "--first-parent", "--reverse", "--format=%H%x09%s",
+                  f"{good}..{bad}")
+    subjects = dict(line.split("\t", 1) for line in listed.splitlines() if line)
+    subjects[good] = git(root, "log", "-1", "--format=%s", good)
+    return tuple(sha for sha in subjects if sha != good), subjects
+
+
+def _open_or_new(output: Path, fresh: Bisection) -> Bisection:
+    """The bisection saved at `output` when it has the same arguments (its steps are
+    reused), else `fresh`; a file holding another bisection is refused, never replaced."""
+    if not output.exists():
+        runs.check_writable(output.parent if str(output.parent) else Path("."))
+        return fresh
+    try:
+        saved = Bisection.from_dict(json.loads(output.read_text("utf-8")))
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise UserError(f"{output} exists and is not a bisection llmbench can read ({exc}): "
+                        "pass another --output") from None
+    if saved.key != fresh.key:
+        raise UserError(f"{output} holds a bisection with other arguments: pass another "
+                        "--output, or remove it")
+    return dataclasses.replace(saved, answer=None, culprit=None, first_possible=None,
+                               last_possible=None, skipped=(), reason="", watched=(),
+                               parent=None)
+
+
+def _save(bisection: Bisection, output: Path) -> None:
+    runs.write_atomic(output, json.dumps(bisection.to_dict(), indent=1) + "\n", replace=True)
+
+
+def _benchmarks(result: GateResult) -> tuple[dict, ...]:
+    return tuple({"name": c.name, "label": result.labels.get(c.name, c.name),
+                  "verdict": c.verdict.value, "ratio": c.ratio, "ci_low": c.ci_low,
+                  "ci_high": c.ci_high, "n_pairs": c.n_pairs}
+                 for c in result.comparisons)
+
+
+def outcome_of(result: GateResult, watched: tuple[str, ...]) -> tuple[str, str]:
+    """(outcome, reason) of one step's A/B: slower when any judged benchmark is a
+    regression, not slower when every one is ruled out, undecided otherwise; a watched
+    benchmark the commit lacks makes it one to skip."""
+    judged = {c.name: c for c in result.comparisons}
+    missing = [name for name in watched if name not in judged]
+    if missing:
+        return SKIPPED, f"it has no {', '.join(missing)}"
+    if any(c.verdict == Verdict.REGRESSION for c in judged.values()):
+        return SLOWER, ""
+    if judged and all(c.verdict in CLEARED for c in judged.values()):
+        return NOT_SLOWER, ""
+    left = [c.name for c in judged.values() if c.verdict not in CLEARED]
+    return UNDECIDED, f"its A/B left {len(left)} benchmark(s) undecided within its share"
+
+
+def steps_expected(open_commits: int, endpoints_done: bool) -> int:
+    """Steps still to come: halving `open_commits`, the last commit against its parent,
+    and the first step when it has not run."""
+    return math.ceil(math.log2(open_commits + 1)) + 1 + (not endpoints_done)
+
+
+class _Stepper:
+    """Runs (or reuses) steps within the budget, saving each as it ends."""
+
+    def __init__(self, bisection: Bisection, output: Path, budget_s: float,
+                 run: Callable[..., GateResult], log: TextIO | None):
+        self.bisection, self.output, self.run, self.log = bisection, output, run, log
+        self.deadline = time.monotonic() + budget_s
+
+    @property
+    def left_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def say(self, text: str) -> None:
+        if self.log is not None:
+            print(f"llmbench bisect: {text}", file=self.log, flush=True)
+
+    def step(self, baseline: str, commit: str, watched: tuple[str, ...], expected: int
+             ) -> Step:
+        b = self.bisection
+        if (saved := b.find(baseline, commit, watched)) is not None:
+            self.say(f"measured before: {saved.line(b.name)}")
+            return saved
+        share = self.left_s / max(expected, 1)
+        on = (f"the {len(watched)} benchmark(s) BAD made slower" if watched
+              else "every selected benchmark")
+        self.say(f"pairing {b.name(commit)} against {b.name(baseline)} on {on}, within "
+                 f"{share:.0f} s")
+        start = time.monotonic()
+        try:
+            result = self.run(baseline, commit, watched, share)
+        except BudgetSpent as exc:
+            step = Step(baseline, commit, watched, UNDECIDED, time.monotonic() - start,
+                        reason=str(exc))
+        except ABError as exc:
+            step = Step(baseline, commit, watched, SKIPPED, time.monotonic() - start,
+                        reason=str(exc))
+        else:
+            outcome, reason = outcome_of(result, watched)
+            step = Step(baseline, commit, watched, outcome, time.monotonic() - start,
+                        _benchmarks(result), reason)
+        b.steps.append(step)
+        _save(b, self.output)
+        self.say(step.line(b.name))
+        return step
+
+
+def bisect(good: str, bad: str, *, budget_s: float, pytest_args: Sequence[str] = (),
+           options: GateOptions | None = None, repo: str | Path = ".",
+           output: Path | None = None, log: TextIO | None = None,
+           run: Callable[..., GateResult] | None = None) -> tuple[Bisection, Path]:
+    """Bisect GOOD..BAD (see the module docstring); returns the bisection, saved at
+    `output` (default: `default_output`) after every step and at the end. `run(baseline,
+    commit, watched, budget_s)` is one paired A/B (default: `run_ab` between the two
+    commits' worktrees, `watched` appended to the pytest arguments)."""
+    options = options or GateOptions()
+    root = repo_root(repo)
+    good_sha, bad_sha = resolve_rev(root, good), resolve_rev(root, bad)
+    if good_sha == bad_sha:
+        raise UserError(f"{good} and {bad} are the same commit: nothing to bisect")
+    try:
+        git(root, "merge-base", "--is-ancestor", good_sha, bad_sha)
+    except ABError:
+        raise UserError(f"{good} is not an ancestor of {bad}: pass an older GOOD "
+                        "(GOOD..BAD must be a range of history)") from None
+    commits, subjects = first_parent_commits(root, good_sha, bad_sha)
+    if not commits or commits[-1] != bad_sha:
+        raise UserError(f"{bad} is not on the first-parent line from {good}: pass a BAD "
+                        "that a branch reached by its own commits and merges")
+    output = output or default_output(good_sha, bad_sha)
+    fresh = Bisection(good_sha, bad_sha, _key(good_sha, bad_sha, pytest_args, options),
+                      commits, subjects)
+    bisection = _open_or_new(output, fresh)
+    if run is None:
+        def run(baseline: str, commit: str, watched: tuple[str, ...], share: float
+                ) -> GateResult:
+            return run_ab(baseline, candidate_rev=commit, budget_s=share,
+                          pytest_args=[*pytest_args, *watched], options=options, repo=root,
+                          log=log, focus=True, clearing_alpha=options.alpha)
+    stepper = _Stepper(bisection, output, budget_s, run, log)
+    stepper.say(f"{len(commits)} commit(s) from {bisection.name(good_sha)} to "
+                f"{bisection.name(bad_sha)} along first parents; budget {budget_s:.0f} s")
+    _walk(bisection, stepper)
+    _save(bisection, output)
+    return bisection, output
+
+
+def _walk(b: Bisection, stepper: _Stepper) -> None:
+    """Take steps until the bisection has its answer, and record it in `b`."""
+    commits = b.commits
+    first = stepper.step(b.good, b.bad, (), steps_expected(len(commits) - 1, False))
+    if first.outcome == SKIPPED:
+        raise UserError(f"GOOD against BAD could not be measured: {first.reason}")
+    if first.outcome == NOT_SLOWER:
+        b.answer = NONE_SLOWER
+        return
+    lo, hi = -1, len(commits) - 1  # commits[lo] last known not slower (-1: GOOD), hi slower
+    if first.outcome == UNDECIDED:
+        _stop(b, lo, hi, "GOOD against BAD was not decided within its share of the budget "
+                         "(pass a longer --budget)")
+        return
+    watched, skipped = first.slower, set()
+    b.watched = watched
+    while open_ := [i for i in range(lo + 1, hi) if i not in skipped]:
+        if stepper.left_s <= 0:
+            _stop(b, lo, hi, "the budget was spent (pass a longer --budget, and run the same "
+                             "command again: every step measured is kept)", skipped)
+            return
+        middle = (lo + hi) / 2
+        mid = min(open_, key=lambda i: (abs(i - middle), i))
+        step = stepper.step(b.good, commits[mid], watched, steps_expected(len(open_), True))
+        if step.outcome == SLOWER:
+            hi = mid
+        elif step.outcome == NOT_SLOWER:
+            lo = mid
+        elif step.outcome == SKIPPED:
+            skipped.add(mid)
+        else:
+            _stop(b, lo, hi, f"{b.name(commits[mid])} was not decided: {step.reason}",
+                  skipped)
+            return
+    b.skipped = tuple(commits[i] for i in sorted(skipped))
+    if hi - lo > 1:  # every commit left open was skipped
+        b.answer = NARROWED
+        b.first_possible, b.last_possible = commits[lo + 1], commits[hi]
+        return
+    b.answer, b.culprit = FOUND, commits[hi]
+    b.first_possible = b.last_possible = commits[hi]
+    b.parent = commits[hi - 1] if hi > 0 else b.good
+    stepper.step(b.parent, commits[hi], watched, 1)
+
+
+def _stop(b: Bisection, lo: int, hi: int, reason: str, skipped: Iterable[int] = ()
+          ) -> None:
+    b.answer, b.reason = STOPPED, reason
+    b.skipped = tuple(b.commits[i] for i in sorted(skipped))
+    b.first_possible, b.last_possible = b.commits[lo + 1], b.commits[hi]
+
+
+def culprit_step(b: Bisection) -> Step | None:
+    """The culprit against its parent, once found and measured."""
+    if b.culprit is None or b.parent is None:
+        return None
+    return b.find(b.parent, b.culprit, b.watched, decided_only=False)

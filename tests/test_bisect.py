@@ -1,0 +1,162 @@
+"""`llmbench bisect`: from GOOD..BAD to the commit that made the benchmarks slower, each step
+a real paired A/B between two commits' worktrees, on the fake suite (`fake_suite`): its
+benchmark sleeps `llmbench.SPEED` centiseconds, and a commit that doubles SPEED plants a
+2x slowdown."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from fake_suite import commit_all, git, make_fake_repo
+
+from llmbench import cli
+from llmbench.ab import run_ab
+from llmbench.ab.bisect import (
+    FOUND,
+    NONE_SLOWER,
+    NOT_SLOWER,
+    SKIPPED,
+    SLOWER,
+    STOPPED,
+    Bisection,
+    bisect,
+    culprit_step,
+    steps_expected,
+)
+from llmbench.errors import Exit, UserError
+
+BROKEN = "raise ImportError('this commit breaks the import')\n"
+
+
+def _history(repo: Path, speeds: list[str]) -> list[str]:
+    """One commit per entry after the first: its llmbench/__init__.py (SPEED = x, or a
+    broken import), each with a file of its own; their shas, oldest first."""
+    shas = []
+    for number, source in enumerate(speeds, 1):
+        (repo / "llmbench" / "__init__.py").write_text(source)
+        (repo / f"change_{number}.txt").write_text(f"commit {number}\n")
+        shas.append(commit_all(repo, f"change {number}"))
+    return shas
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("FAKE_TRACE", str(tmp_path / "trace.txt"))
+    repo = make_fake_repo(tmp_path / "repo")
+    monkeypatch.chdir(repo)
+    return repo
+
+
+def _bisect(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = cli.main(["bisect", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_the_commit_that_doubled_the_time_is_found_and_a_rerun_reuses_every_step(
+        repo, capsys):
+    good = git(repo, "rev-parse", "HEAD").strip()
+    shas = _history(repo, ["SPEED = 1.0\n"] * 10 + ["SPEED = 2.0\n"] * 6)  # 16 commits
+    code, out, err = _bisect([good, "HEAD", "--budget", "10m"], capsys)
+    assert code == Exit.OK, err
+    assert out.startswith(f"the first slower commit: {shas[10][:8]} 'change 11'")
+    saved = Bisection.from_dict(json.loads(Path(f"bisect-{good[:8]}-{shas[-1][:8]}.json")
+                                           .read_text()))
+    assert saved.answer == FOUND and saved.culprit == shas[10]
+    assert len(saved.steps) <= math.log2(16) + 2
+    assert saved.steps[0].outcome == SLOWER and saved.steps[0].commit == shas[-1]
+    last = culprit_step(saved)
+    assert (last.baseline, last.commit, last.outcome) == (shas[9], shas[10], SLOWER)
+    assert 1.6 < last.benchmarks[0]["ratio"] < 2.5
+    assert "against its parent: " in out and "test_speed regression x" in out
+    # The same command again measures nothing: every verdict is reused.
+    code, again, err = _bisect([good, "HEAD", "--budget", "10m"], capsys)
+    assert code == Exit.OK and again.splitlines()[0] == out.splitlines()[0]
+    assert "pairing " not in err and err.count("measured before") == len(saved.steps)
+
+
+def test_a_commit_that_cannot_import_is_skipped_and_named(repo, capsys):
+    good = git(repo, "rev-parse", "HEAD").strip()
+    shas = _history(repo, ["SPEED = 1.0\n"] * 3 + [BROKEN] + ["SPEED = 1.0\n"] * 2
+                    + ["SPEED = 2.0\n"] * 2)
+    found, _ = bisect(good, "HEAD", budget_s=600)
+    assert found.answer == FOUND and found.culprit == shas[6]
+    assert found.skipped == (shas[3],)
+    skipped = [s for s in found.steps if s.outcome == SKIPPED]
+    assert [s.commit for s in skipped] == [shas[3]]
+    assert "this commit breaks the import" in skipped[0].reason
+    assert all(s.outcome in (SLOWER, NOT_SLOWER, SKIPPED) for s in found.steps)
+
+
+def test_a_range_with_nothing_slower_ends_at_its_first_step(repo, capsys):
+    good = git(repo, "rev-parse", "HEAD").strip()
+    _history(repo, ["SPEED = 1.0\n"] * 4)
+    code, out, _ = _bisect([good, "HEAD", "--budget", "5m"], capsys)
+    assert code == Exit.OK
+    assert out.startswith("no commit in this range is slower beyond the threshold")
+    assert "1 step(s)" in out
+
+
+def test_an_interrupted_bisection_goes_on_from_its_saved_steps(repo, tmp_path):
+    good = git(repo, "rev-parse", "HEAD").strip()
+    shas = _history(repo, ["SPEED = 1.0\n"] * 5 + ["SPEED = 2.0\n"] * 3)
+    output = tmp_path / "b.json"
+    calls, interrupt_at = [], [3]
+
+    def paired(baseline, commit, watched, share):
+        calls.append(commit)
+        if len(calls) in interrupt_at:
+            raise KeyboardInterrupt
+        return run_ab(baseline, candidate_rev=commit, budget_s=share,
+                      pytest_args=list(watched), repo=repo, focus=True, clearing_alpha=0.05)
+
+    with pytest.raises(KeyboardInterrupt):
+        bisect(good, "HEAD", budget_s=600, output=output, run=paired)
+    kept = Bisection.from_dict(json.loads(output.read_text()))
+    assert [s.commit for s in kept.steps] == calls[:2]
+    calls.clear()
+    interrupt_at.clear()
+    found, _ = bisect(good, "HEAD", budget_s=600, output=output, run=paired)
+    assert found.culprit == shas[5]
+    assert not set(calls) & {s.commit for s in kept.steps if s.commit != found.culprit}
+
+
+def test_a_budget_too_short_stops_with_the_range_it_reached(repo, capsys):
+    good = git(repo, "rev-parse", "HEAD").strip()
+    _history(repo, ["SPEED = 1.0\n"] * 3 + ["SPEED = 2.0\n"])
+    code, out, err = _bisect([good, "HEAD", "--budget", "1s"], capsys)
+    assert code == Exit.REGRESSION
+    assert "lies from" in out and "to go on with more time: llmbench bisect" in err
+    saved = Bisection.from_dict(json.loads(next(Path().glob("bisect-*.json")).read_text()))
+    assert saved.answer == STOPPED
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["HEAD", "HEAD"], "the same commit"),
+    (["HEAD", "HEAD~1"], "is not an ancestor"),
+    (["nope", "HEAD"], "unknown revision 'nope'"),
+])
+def test_bad_ranges_are_one_line_and_exit_2(repo, argv, message, capsys):
+    _history(repo, ["SPEED = 1.0\n"])
+    code, _, err = _bisect(argv, capsys)
+    assert code == Exit.USAGE and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_file_holding_another_bisection_is_never_replaced(repo, tmp_path):
+    good = git(repo, "rev-parse", "HEAD").strip()
+    _history(repo, ["SPEED = 1.0\n"] * 2)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"note": "not a bisection"}))
+    with pytest.raises(UserError, match="not a bisection llmbench can read"):
+        bisect(good, "HEAD", budget_s=60, output=other)
+    assert json.loads(other.read_text()) == {"note": "not a bisection"}
+
+
+def test_the_steps_expected_halve_the_open_commits():
+    assert steps_expected(15, endpoints_done=False) == 6  # log2(16) + parent + endpoints
+    assert steps_expected(1, endpoints_done=True) == 2
+    assert steps_expected(0, endpoints_done=True) == 1
+    assert NONE_SLOWER != FOUND
