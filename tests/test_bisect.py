@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
 from fake_suite import commit_all, git, make_fake_repo
+from gate_runs import REPO, make_run, write_run
 
 from llmbench import cli
 from llmbench.ab import run_ab
@@ -57,14 +59,14 @@ def _bisect(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 def test_the_commit_that_doubled_the_time_is_found_and_a_rerun_reuses_every_step(
-        repo, capsys):
+        repo, tmp_path, capsys):
     good = git(repo, "rev-parse", "HEAD").strip()
     shas = _history(repo, ["SPEED = 1.0\n"] * 10 + ["SPEED = 2.0\n"] * 6)  # 16 commits
     code, out, err = _bisect([good, "HEAD", "--budget", "10m"], capsys)
     assert code == Exit.OK, err
     assert out.startswith(f"the first slower commit: {shas[10][:8]} 'change 11'")
-    saved = Bisection.from_dict(json.loads(Path(f"bisect-{good[:8]}-{shas[-1][:8]}.json")
-                                           .read_text()))
+    saved_at = Path(f"bisect-{good[:8]}-{shas[-1][:8]}.json")
+    saved = Bisection.from_dict(json.loads(saved_at.read_text()))
     assert saved.answer == FOUND and saved.culprit == shas[10]
     assert len(saved.steps) <= math.log2(16) + 2
     assert saved.steps[0].outcome == SLOWER and saved.steps[0].commit == shas[-1]
@@ -76,6 +78,13 @@ def test_the_commit_that_doubled_the_time_is_found_and_a_rerun_reuses_every_step
     code, again, err = _bisect([good, "HEAD", "--budget", "10m"], capsys)
     assert code == Exit.OK and again.splitlines()[0] == out.splitlines()[0]
     assert "pairing " not in err and err.count("measured before") == len(saved.steps)
+    # The report: the answer, a row per step, and the ratios along the range.
+    assert cli.main(["report", str(saved_at), "-o", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert f"**the first slower commit: `{shas[10][:8]}` change 11**" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) == len(saved.steps)
+    assert (tmp_path / "report" / "bisect.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_commit_that_cannot_import_is_skipped_and_named(repo, capsys):
@@ -160,3 +169,96 @@ def test_the_steps_expected_halve_the_open_commits():
     assert steps_expected(1, endpoints_done=True) == 2
     assert steps_expected(0, endpoints_done=True) == 1
     assert NONE_SLOWER != FOUND
+
+
+# -- from a change point in a history ----------------------------------------------------
+
+
+def _history_of_commits(env: Path, commits: list[str], factors: list[float]) -> None:
+    """One saved run per (commit, factor): the fake suite's benchmark, at that speed."""
+    for number, (sha, factor) in enumerate(zip(commits, factors, strict=True), 1):
+        run = make_run(number, factors={"speed": factor}, benchmarks={"test_speed": "speed"},
+                       module="test_fake")
+        run["commit_info"]["id"] = sha
+        write_run(env / f"{number:04d}_run.json", run)
+
+
+def test_a_change_point_in_the_history_is_bisected_to_its_commit(repo, tmp_path, capsys):
+    (repo / "benchmarks").mkdir()  # where the runs' node ids place the benchmark
+    git(repo, "mv", "test_fake.py", "benchmarks/test_fake.py")
+    shas = [commit_all(repo, "the suite in benchmarks/")]
+    shas += _history(repo, ["SPEED = 1.0\n"] * 4 + ["SPEED = 2.0\n"] * 4)  # 5: slower
+    at = [0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8]  # each run's commit
+    env = tmp_path / "runs" / "tiny-cpu-float32"
+    _history_of_commits(env, [shas[i] for i in at], [2.0 if i >= 5 else 1.0 for i in at])
+    code, out, err = _bisect(["--change-point", str(env), "test_speed", "--budget", "5m"],
+                             capsys)
+    assert code == Exit.OK, err
+    assert "test_speed's newest change point" in err
+    assert out.startswith(f"the first slower commit: {shas[5][:8]}")
+
+
+def test_a_change_point_bisect_cannot_find_is_refused_in_one_line(repo, tmp_path, capsys):
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    faster = tmp_path / "faster" / "tiny-cpu-float32"
+    _history_of_commits(faster, [f"{n:040x}" for n in range(12)], [1.5] * 6 + [1.0] * 6)
+    machine = tmp_path / "machine" / "tiny-cpu-float32"
+    _history_of_commits(machine, [sha] * 12, [1.0] * 6 + [1.5] * 6)
+    for env, message in ((faster, "made it faster"), (machine, "the machine moved")):
+        code, _, err = _bisect(["--change-point", str(env), "test_speed"], capsys)
+        assert code == Exit.USAGE and message in err and len(err.strip().splitlines()) == 1
+    code, _, err = _bisect(["HEAD", "--change-point", str(machine), "test_speed"], capsys)
+    assert code == Exit.USAGE and "not both" in err
+
+
+# -- counted work -------------------------------------------------------------------------
+
+
+def test_work_finds_the_commit_that_added_an_op_in_single_runs(tmp_path, monkeypatch, capsys):
+    """A clone of this project: three commits, the middle one adds a clone to every decode
+    step; counted once per commit on the tiny model, compared exactly."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    good = git(clone, "rev-parse", "HEAD").strip()
+    loop = clone / "llmbench" / "engine" / "loop.py"
+    (clone / "NOTE.md").write_text("one\n")
+    commit_all(clone, "a note")
+    text = loop.read_text()
+    planted = text.replace('    call = lm.compiled_decoder if is_static(cache) else None\n',
+                           '    call = lm.compiled_decoder if is_static(cache) else None\n'
+                           '    token_ids = token_ids.clone()\n', 1)
+    assert planted != text
+    loop.write_text(planted)
+    culprit = commit_all(clone, "clone the token ids in every decode step")
+    (clone / "NOTE.md").write_text("two\n")
+    commit_all(clone, "another note")
+    monkeypatch.chdir(clone)
+    code, out, err = _bisect([good, "HEAD", "--work", "--work-threshold", "0", "--", "--model",
+                              "tiny", "--threads", "1", "-k", "test_decode_steps"], capsys)
+    assert code == Exit.OK, err
+    assert out.startswith(f"the first commit doing more work: {culprit[:8]}")
+    assert "aten::clone" in out
+    # Four steps (GOOD against BAD, two halvings, the culprit against its parent) on four
+    # commits, each counted by one suite run: no pairing, no commit counted twice.
+    assert err.count("counting the work of") == 4
+    saved = json.loads(next(clone.glob("bisect-*.json")).read_text())
+    assert len(saved["counts"]) == 4
+
+
+def test_ctrl_c_says_what_is_known_and_the_command_that_goes_on(repo, monkeypatch, capsys):
+    good = git(repo, "rev-parse", "HEAD").strip()
+    _history(repo, ["SPEED = 1.0\n"] * 3 + ["SPEED = 2.0\n"] * 3)
+    real, calls = run_ab, []
+
+    def interrupted_at_the_third(*args, **kwargs):
+        calls.append(kwargs["candidate_rev"])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("llmbench.ab.bisect.run_ab", interrupted_at_the_third)
+    code, _, err = _bisect([good, "HEAD", "--budget", "5m", "--", "-q"], capsys)
+    assert code == Exit.INTERRUPTED
+    assert "so far the first slower commit lies from" in err
+    assert f"To go on: llmbench bisect {good} HEAD --budget 300s --output bisect-" in err
+    assert " -- -q\n" in err

@@ -33,18 +33,24 @@ from typing import TextIO
 
 from llmbench import runs
 from llmbench.ab.checkout import ABError, git, repo_root, resolve_rev
+from llmbench.ab.outcomes import NOT_SLOWER, SKIPPED, SLOWER, UNDECIDED
 from llmbench.ab.run import BudgetSpent, run_ab
+from llmbench.ab.work_steps import work_judge
 from llmbench.errors import UserError
 from llmbench.gate.compare import GateOptions, GateResult
 from llmbench.gate.stats import Verdict
+from llmbench.gate.work import WorkStatus
 
-SLOWER, NOT_SLOWER, UNDECIDED, SKIPPED = "slower", "not slower", "undecided", "skipped"
 # How a bisection ended.
 FOUND = "found"  # one commit, measured against its parent
 NONE_SLOWER = "none slower"  # BAD is not slower than GOOD beyond the threshold
 NARROWED = "narrowed"  # to a range only skipped commits keep open
 STOPPED = "stopped"  # a step undecided, or the budget spent: the range reached so far
 CLEARED = {Verdict.UNCHANGED, Verdict.IMPROVEMENT, Verdict.NOT_SLOWER}
+# A benchmark verdict that makes a step slower: a timed regression, or more counted work.
+WORSE = (Verdict.REGRESSION.value, WorkStatus.MORE.value)
+# What the outcomes and the answer are called when counted work is bisected (`--work`).
+WORK_WORDS = {SLOWER: "more work", NOT_SLOWER: "no more work"}
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class Step:
     seconds: float
     benchmarks: tuple[dict, ...] = ()
     reason: str = ""
+    kind: str = "time"  # "work": counted work compared, one suite run per commit
 
     @classmethod
     def from_dict(cls, saved: dict) -> Step:
@@ -67,21 +74,29 @@ class Step:
 
     @property
     def slower(self) -> tuple[str, ...]:
-        return tuple(b["name"] for b in self.benchmarks if b["verdict"] == Verdict.REGRESSION)
+        """The benchmarks this step found slower (or doing more work)."""
+        return tuple(b["name"] for b in self.benchmarks if b["verdict"] in WORSE)
 
     def line(self, name: Callable[[str], str]) -> str:
         """The step in a line: what against what, the outcome, and the benchmarks that
         decided it."""
-        head = (f"{name(self.commit)} against {name(self.baseline)}: {self.outcome.upper()} "
+        outcome = WORK_WORDS.get(self.outcome, self.outcome) if self.kind == "work" else (
+            self.outcome)
+        head = (f"{name(self.commit)} against {name(self.baseline)}: {outcome.upper()} "
                 f"({self.seconds:.0f} s)")
         if self.outcome == SKIPPED or (self.reason and not self.benchmarks):
             return f"{head}: {self.reason}"
         shown = [b for b in self.benchmarks if b["name"] in self.slower] or list(
             self.benchmarks)
-        return head + "; " + "; ".join(
-            f"{b['label']} {b['verdict']} x{b['ratio']:.3f} [{b['ci_low']:.3f}, "
-            f"{b['ci_high']:.3f}]" for b in shown[:4]) + (
+        return head + "; " + "; ".join(map(_benchmark_words, shown[:4])) + (
             f"; and {len(shown) - 4} more" if len(shown) > 4 else "")
+
+
+def _benchmark_words(b: dict) -> str:
+    if "ratio" in b:
+        return (f"{b['label']} {b['verdict']} x{b['ratio']:.3f} [{b['ci_low']:.3f}, "
+                f"{b['ci_high']:.3f}]")
+    return f"{b['label']} {b['verdict']}: {b['summary']}"
 
 
 @dataclass
@@ -102,6 +117,8 @@ class Bisection:
     reason: str = ""
     watched: tuple[str, ...] = ()  # the benchmarks GOOD against BAD found slower
     parent: str | None = None  # the culprit's parent, which the last step paired it with
+    kind: str = "time"  # "work": counted work, one suite run per commit, no pairing
+    counts: dict[str, dict] = field(default_factory=dict)  # work: each commit's counts
 
     def name(self, sha: str) -> str:
         label = "GOOD" if sha == self.good else "BAD" if sha == self.bad else None
@@ -128,12 +145,17 @@ class Bisection:
                       "steps": [Step.from_dict(s) for s in saved["steps"]]})
 
     def answer_line(self) -> str:
+        work = self.kind == "work"
+        first = "the first commit doing more work" if work else "the first slower commit"
         if self.answer == FOUND:
-            return f"the first slower commit: {self.name(self.culprit)}"
+            return f"{first}: {self.name(self.culprit)}"
         if self.answer == NONE_SLOWER:
+            if work:
+                return ("no commit in this range does more work beyond the work threshold: "
+                        f"{self.name(self.bad)} does no more than {self.name(self.good)}")
             return ("no commit in this range is slower beyond the threshold: "
                     f"{self.name(self.bad)} is not slower than {self.name(self.good)}")
-        where = (f"the first slower commit lies from {self.name(self.first_possible)} to "
+        where = (f"{first} lies from {self.name(self.first_possible)} to "
                  f"{self.name(self.last_possible)}")
         if self.answer == NARROWED:
             return (f"{where}; the commits inside could not be measured ("
@@ -151,8 +173,9 @@ def default_output(good: str, bad: str) -> Path:
     return Path(f"bisect-{good[:8]}-{bad[:8]}.json")
 
 
-def _key(good: str, bad: str, pytest_args: Sequence[str], options: GateOptions) -> str:
-    described = json.dumps([good, bad, list(pytest_args), repr(options)])
+def _key(good: str, bad: str, pytest_args: Sequence[str], options: GateOptions,
+         kind: str) -> str:
+    described = json.dumps([good, bad, list(pytest_args), repr(options), kind])
     return hashlib.sha256(described.encode()).hexdigest()[:16]
 
 
@@ -183,6 +206,11 @@ def _open_or_new(output: Path, fresh: Bisection) -> Bisection:
     return dataclasses.replace(saved, answer=None, culprit=None, first_possible=None,
                                last_possible=None, skipped=(), reason="", watched=(),
                                parent=None)
+
+
+# What one step decides: (outcome, each benchmark's verdict, why), from `commit` against
+# `baseline` on `watched` within `share` seconds; ABError when the commit cannot be measured.
+Judge = Callable[[str, str, tuple[str, ...], float], tuple[str, tuple[dict, ...], str]]
 
 
 def _save(bisection: Bisection, output: Path) -> None:
@@ -218,12 +246,27 @@ def steps_expected(open_commits: int, endpoints_done: bool) -> int:
     return math.ceil(math.log2(open_commits + 1)) + 1 + (not endpoints_done)
 
 
+def paired_judge(run: Callable[..., GateResult]) -> Judge:
+    """Each step a paired A/B (`run(baseline, commit, watched, share)`, a GateResult); a
+    budget spent before any pair leaves the step undecided."""
+    def judge(baseline: str, commit: str, watched: tuple[str, ...], share: float
+              ) -> tuple[str, tuple[dict, ...], str]:
+        try:
+            result = run(baseline, commit, watched, share)
+        except BudgetSpent as exc:
+            return UNDECIDED, (), str(exc)
+        outcome, reason = outcome_of(result, watched)
+        return outcome, _benchmarks(result), reason
+
+    return judge
+
+
 class _Stepper:
     """Runs (or reuses) steps within the budget, saving each as it ends."""
 
-    def __init__(self, bisection: Bisection, output: Path, budget_s: float,
-                 run: Callable[..., GateResult], log: TextIO | None):
-        self.bisection, self.output, self.run, self.log = bisection, output, run, log
+    def __init__(self, bisection: Bisection, output: Path, budget_s: float, judge: Judge,
+                 log: TextIO | None):
+        self.bisection, self.output, self.judge, self.log = bisection, output, judge, log
         self.deadline = time.monotonic() + budget_s
 
     @property
@@ -241,23 +284,18 @@ class _Stepper:
             self.say(f"measured before: {saved.line(b.name)}")
             return saved
         share = self.left_s / max(expected, 1)
-        on = (f"the {len(watched)} benchmark(s) BAD made slower" if watched
+        on = (f"the {len(watched)} benchmark(s) BAD made worse" if watched
               else "every selected benchmark")
-        self.say(f"pairing {b.name(commit)} against {b.name(baseline)} on {on}, within "
+        how = "counting the work of" if b.kind == "work" else "pairing"
+        self.say(f"{how} {b.name(commit)} against {b.name(baseline)} on {on}, within "
                  f"{share:.0f} s")
         start = time.monotonic()
         try:
-            result = self.run(baseline, commit, watched, share)
-        except BudgetSpent as exc:
-            step = Step(baseline, commit, watched, UNDECIDED, time.monotonic() - start,
-                        reason=str(exc))
+            outcome, benchmarks, reason = self.judge(baseline, commit, watched, share)
         except ABError as exc:
-            step = Step(baseline, commit, watched, SKIPPED, time.monotonic() - start,
-                        reason=str(exc))
-        else:
-            outcome, reason = outcome_of(result, watched)
-            step = Step(baseline, commit, watched, outcome, time.monotonic() - start,
-                        _benchmarks(result), reason)
+            outcome, benchmarks, reason = SKIPPED, (), str(exc)
+        step = Step(baseline, commit, watched, outcome, time.monotonic() - start, benchmarks,
+                    reason, b.kind)
         b.steps.append(step)
         _save(b, self.output)
         self.say(step.line(b.name))
@@ -267,11 +305,13 @@ class _Stepper:
 def bisect(good: str, bad: str, *, budget_s: float, pytest_args: Sequence[str] = (),
            options: GateOptions | None = None, repo: str | Path = ".",
            output: Path | None = None, log: TextIO | None = None,
-           run: Callable[..., GateResult] | None = None) -> tuple[Bisection, Path]:
+           run: Callable[..., GateResult] | None = None, work: bool = False
+           ) -> tuple[Bisection, Path]:
     """Bisect GOOD..BAD (see the module docstring); returns the bisection, saved at
     `output` (default: `default_output`) after every step and at the end. `run(baseline,
     commit, watched, budget_s)` is one paired A/B (default: `run_ab` between the two
-    commits' worktrees, `watched` appended to the pytest arguments)."""
+    commits' worktrees, `watched` appended to the pytest arguments). `work`: bisect counted
+    work instead (`work_steps`): one suite run per commit, compared exactly."""
     options = options or GateOptions()
     root = repo_root(repo)
     good_sha, bad_sha = resolve_rev(root, good), resolve_rev(root, bad)
@@ -287,16 +327,21 @@ def bisect(good: str, bad: str, *, budget_s: float, pytest_args: Sequence[str] =
         raise UserError(f"{bad} is not on the first-parent line from {good}: pass a BAD "
                         "that a branch reached by its own commits and merges")
     output = output or default_output(good_sha, bad_sha)
-    fresh = Bisection(good_sha, bad_sha, _key(good_sha, bad_sha, pytest_args, options),
-                      commits, subjects)
+    kind = "work" if work else "time"
+    fresh = Bisection(good_sha, bad_sha, _key(good_sha, bad_sha, pytest_args, options, kind),
+                      commits, subjects, kind=kind)
     bisection = _open_or_new(output, fresh)
-    if run is None:
-        def run(baseline: str, commit: str, watched: tuple[str, ...], share: float
-                ) -> GateResult:
-            return run_ab(baseline, candidate_rev=commit, budget_s=share,
-                          pytest_args=[*pytest_args, *watched], options=options, repo=root,
-                          log=log, focus=True, clearing_alpha=options.alpha)
-    stepper = _Stepper(bisection, output, budget_s, run, log)
+    if work:
+        judge = work_judge(root, pytest_args, options.work_threshold, bisection.counts)
+    else:
+        if run is None:
+            def run(baseline: str, commit: str, watched: tuple[str, ...], share: float
+                    ) -> GateResult:
+                return run_ab(baseline, candidate_rev=commit, budget_s=share,
+                              pytest_args=[*pytest_args, *watched], options=options,
+                              repo=root, log=log, focus=True, clearing_alpha=options.alpha)
+        judge = paired_judge(run)
+    stepper = _Stepper(bisection, output, budget_s, judge, log)
     stepper.say(f"{len(commits)} commit(s) from {bisection.name(good_sha)} to "
                 f"{bisection.name(bad_sha)} along first parents; budget {budget_s:.0f} s")
     _walk(bisection, stepper)
@@ -321,6 +366,8 @@ def _walk(b: Bisection, stepper: _Stepper) -> None:
     watched, skipped = first.slower, set()
     b.watched = watched
     while open_ := [i for i in range(lo + 1, hi) if i not in skipped]:
+        # Known so far, saved with the next step: what an interruption reports.
+        b.first_possible, b.last_possible = commits[lo + 1], commits[hi]
         if stepper.left_s <= 0:
             _stop(b, lo, hi, "the budget was spent (pass a longer --budget, and run the same "
                              "command again: every step measured is kept)", skipped)

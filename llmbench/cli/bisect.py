@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 
 from llmbench.argtypes import duration
-from llmbench.errors import Exit
+from llmbench.cli.args import add_store_argument
+from llmbench.errors import Exit, UserError
+from llmbench.gate import options
 
 COMMAND = "bisect"
 DEFAULT_BUDGET_S = 3600.0
@@ -26,9 +28,49 @@ def _again(args: argparse.Namespace) -> str:
     """The command that goes on where this one stopped (the same arguments)."""
     words = ["llmbench", COMMAND, args.good, args.bad, "--budget", f"{args.budget:.0f}s",
              "--output", str(args.output_used)]
+    if args.threshold is not None:
+        words += ["--threshold", f"{args.threshold!r}"]
+    for name, value in args.threshold_for:
+        words += ["--threshold-for", f"{name}={value!r}"]
+    if args.alpha != options.ALPHA.default:
+        words += ["--alpha", f"{args.alpha!r}"]
+    if args.work:
+        words += ["--work", "--work-threshold", f"{args.work_threshold!r}"]
     if args.pytest_args:
         words += ["--", *args.pytest_args]
     return shlex.join(words)
+
+
+def _from_change_point(args: argparse.Namespace) -> None:
+    """GOOD, BAD and the benchmark from the newest change point of a history."""
+    from llmbench import history, runs
+
+    folder, benchmark = args.change_point
+    result = history.judge_history(history.load_history(
+        folder, store=runs.store_location(args.store)))
+    found = history.bisect_range(result, benchmark)
+    print(f"llmbench bisect: {found.name}'s newest change point (x{found.ratio:.3f}): from run "
+          f"{found.good_run:04d} ({found.good}) to run {found.bad_run:04d} ({found.bad})",
+          file=sys.stderr)
+    args.good, args.bad = found.good, found.bad
+    if found.key not in args.pytest_args:
+        args.pytest_args = [*args.pytest_args, found.key]
+
+
+def _known(output: Path) -> str:
+    """What the steps saved so far say of where the culprit lies, as a clause."""
+    import json
+
+    from llmbench.ab.bisect import Bisection
+
+    try:
+        saved = Bisection.from_dict(json.loads(output.read_text("utf-8")))
+    except (OSError, ValueError, TypeError, KeyError):
+        return ""
+    if saved.first_possible is None:
+        return ""
+    return (f"so far the first slower commit lies from {saved.name(saved.first_possible)} to "
+            f"{saved.name(saved.last_possible)}; ")
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -36,19 +78,26 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from llmbench.ab import bisect
     from llmbench.gate.options import gate_options
 
+    if (args.change_point is None) == (args.good is None or args.bad is None) or (
+            args.change_point is not None and (args.good or args.bad)):
+        raise UserError("give GOOD and BAD, or --change-point ENV_FOLDER BENCHMARK, not both")
     ab.end_on_sigterm()
     options = gate_options(vars(args))
     ab.check_pytest_args(args.pytest_args)
+    if args.change_point is not None:
+        _from_change_point(args)
     root = ab.repo_root(".")
     args.output_used = args.output or bisect.default_output(
         ab.resolve_rev(root, args.good), ab.resolve_rev(root, args.bad))
     try:
         found, output = bisect.bisect(args.good, args.bad, budget_s=args.budget,
                                       pytest_args=args.pytest_args, options=options,
-                                      output=args.output_used, log=sys.stderr)
+                                      output=args.output_used, log=sys.stderr,
+                                      work=args.work)
     except KeyboardInterrupt:
-        print(f"llmbench bisect: interrupted; every step measured so far is saved in "
-              f"{args.output_used}. To go on: {_again(args)}", file=sys.stderr)
+        print(f"llmbench bisect: interrupted; {_known(args.output_used)}every step measured "
+              f"so far is saved in {args.output_used}. To go on: {_again(args)}",
+              file=sys.stderr)
         raise
     print(found.answer_line())
     if (step := bisect.culprit_step(found)) is not None:
@@ -65,13 +114,11 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add `bisect` to the `llmbench` command."""
-    from llmbench.gate import options
-
     parser = subparsers.add_parser(
         COMMAND, help="find the first commit in GOOD..BAD that made the benchmarks slower, "
                       "by paired A/B",
-        usage="llmbench bisect GOOD BAD [--budget DURATION] [--output FILE] "
-              "[decision flags] [-- PYTEST_ARGS ...]",
+        usage="llmbench bisect (GOOD BAD | --change-point ENV_FOLDER BENCHMARK) "
+              "[--budget DURATION] [--output FILE] [decision flags] [-- PYTEST_ARGS ...]",
         description="Pair GOOD against BAD (llmbench ab between two commits) on the selected "
                     "benchmarks; then halve GOOD..BAD along first parents, pairing GOOD "
                     "against the middle commit on the benchmarks BAD made slower, until one "
@@ -79,9 +126,17 @@ def register(subparsers) -> None:
                     "never guessed; a commit that cannot be measured is skipped. Pass "
                     "pytest arguments after --, e.g. "
                     "`llmbench bisect v1.2 main -- --model tiny -k decode`.")
-    parser.add_argument("good", metavar="GOOD", help="a revision whose speed is the reference")
-    parser.add_argument("bad", metavar="BAD", help="a later revision (GOOD must be its "
-                                                   "ancestor) that is slower")
+    parser.add_argument("good", metavar="GOOD", nargs="?",
+                        help="a revision whose speed is the reference")
+    parser.add_argument("bad", metavar="BAD", nargs="?",
+                        help="a later revision (GOOD must be its ancestor) that is slower")
+    parser.add_argument("--change-point", nargs=2, default=None,
+                        metavar=("ENV_FOLDER", "BENCHMARK"),
+                        help="instead of GOOD and BAD: the commits around the newest change "
+                             "point of BENCHMARK (its name, or a part only it has) in the "
+                             "history of ENV_FOLDER (as `llmbench history` reads it), "
+                             "bisected on that benchmark")
+    add_store_argument(parser)
     parser.add_argument("--budget", type=duration, default=DEFAULT_BUDGET_S,
                         metavar="DURATION", help="wall time for every step together, e.g. "
                                                  "45m; each step gets an equal share of what "
@@ -90,8 +145,12 @@ def register(subparsers) -> None:
                         help="where the bisection is saved after every step; run the same "
                              "command again to reuse its steps. Default: "
                              "bisect-GOOD8-BAD8.json here")
-    # What decides a step: the threshold and the confidence (timings only; counted work
-    # and memory are judged by `llmbench compare`).
+    parser.add_argument("--work", action="store_true",
+                        help="bisect counted work (ops, FLOPs, bytes) instead of time: one "
+                             "suite run per commit, one round per case, compared exactly, no "
+                             "pairing")
+    # What decides a step: the threshold and the confidence for time, the work threshold
+    # for --work (memory is judged by `llmbench compare`).
     options.register(parser.add_argument, (options.THRESHOLD, options.THRESHOLD_FOR,
-                                           options.ALPHA))
+                                           options.ALPHA, options.WORK_THRESHOLD))
     parser.set_defaults(func=cmd_bisect, pytest_args=[])

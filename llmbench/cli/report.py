@@ -17,15 +17,20 @@ BASELINE = "--baseline B.json|latest"
 
 def cmd_report(args: argparse.Namespace) -> int:
     # matplotlib loads only when a report is asked for
-    from llmbench.report.load_report import read_load_document, write_load_report
-    from llmbench.report.write import latest_baseline, write_report
+    from llmbench.report.bisect_report import is_bisection, write_bisect_report
+    from llmbench.report.load_report import is_load_run, write_load_report
+    from llmbench.report.write import json_document, latest_baseline, write_report
 
-    if (document := read_load_document(args.run)) is not None:
+    document = json_document(args.run)
+    for kind, matches, write in (("load run", is_load_run, write_load_report),
+                                 ("bisection", is_bisection, write_bisect_report)):
+        if not matches(document):
+            continue
         if args.baseline is not None:
-            raise UserError("--baseline compares suite runs: a load run's report has no "
-                            "baseline (run `llmbench load` again to compare rates)")
-        markdown, pictures = write_load_report(document, args.out_dir, force=args.force)
-        print(f"wrote {markdown} and {len(pictures)} plots: {', '.join(pictures)}")
+            raise UserError(f"--baseline compares suite runs: a {kind}'s report has no "
+                            "baseline")
+        markdown, pictures = write(document, args.out_dir, force=args.force)
+        print(f"wrote {markdown} and {len(pictures)} plots: {', '.join(pictures) or 'none'}")
         return Exit.OK
     misuse = options.only_with(vars(args), BASELINE, FLAGS)
     if misuse and args.baseline is None:
@@ -57,14 +62,15 @@ def register(subparsers) -> None:
     """Add the `report` subcommand to the `llmbench` command."""
     parser = subparsers.add_parser(
         "report", help="report.md (tables, verdicts, environment) and PNG plots for a run, "
-                       "or for a load run that `llmbench load --output` saved",
+                       "a saved load run or a saved bisection",
         description="Write DIR/report.md (per group: median, IQR, tokens/s, ms/token; with "
                     "--baseline, the gate's verdicts) and PNG plots with min-max whiskers. "
                     "Refuses a DIR that already holds a report unless --force.")
     parser.add_argument("run", metavar="RUN", help="a saved run's JSON, e.g. "
                         "baselines/<model>-<device>-<dtype>/NNNN_*.json, or an environment "
                         "folder (its newest run), or the JSON of `llmbench load --output` "
-                        "(its levels, capacity, latency plot and timelines)")
+                        "(its levels, capacity, latency plot and timelines) or of "
+                        "`llmbench bisect` (its answer and steps)")
     parser.add_argument("--baseline", metavar="B.json|latest", default=None,
                         help="a run to compare with: verdict columns, and overlaid on the "
                              "plots; 'latest': the newest other run of RUN's environment in "

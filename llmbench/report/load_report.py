@@ -5,12 +5,11 @@ lines, and the pictures (`llmbench.load.plot`): latency against throughput with 
 level's timeline, and every level's timeline on its own.
 
 A load run is not a suite run: it has no environment folder and no baseline, so it is
-recognised by its own shape (`read_load_document`) before the suite's reader is asked.
+recognised by its own shape (`is_load_run`) before the suite's reader is asked.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -23,19 +22,10 @@ FIGURE = "load.png"
 TIMELINE = "timeline-{number}.png"
 
 
-def read_load_document(address: str | os.PathLike) -> dict | None:
-    """The JSON `llmbench load` wrote at `address`, or None when it is something else (a
-    suite run, a folder, a database address): the suite's reader then says what it is."""
-    path = Path(address)
-    if path.suffix != ".json" or not path.is_file():
-        return None
-    try:
-        document = json.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    is_load = isinstance(document, dict) and isinstance(document.get("levels"), list) and (
+def is_load_run(document: object) -> bool:
+    """Whether a saved JSON document is one `llmbench load` wrote."""
+    return isinstance(document, dict) and isinstance(document.get("levels"), list) and (
         "url" in document)
-    return document if is_load else None
 
 
 def _pair(summary: dict | None) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -90,6 +91,18 @@ def write_report(run_path: str | os.PathLike, out_dir: str | os.PathLike,
         runs.write_atomic(target, render_markdown(run, result, baseline, outcomes),
                           replace=force)
     return ReportResult(markdown=target, plots=outcomes, gate=result)
+
+
+def json_document(address: str | os.PathLike) -> object | None:
+    """The JSON of a file `address` names, or None when it names no readable JSON file (a
+    folder, a database address): what a report is of is then the suite's reader's to say."""
+    path = Path(address)
+    if path.suffix != ".json" or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
 
 
 def report_path(out: Path, force: bool) -> Path:
