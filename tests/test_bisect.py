@@ -5,10 +5,12 @@ benchmark sleeps `llmbench.SPEED` centiseconds, and a commit that doubles SPEED 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fake_suite import commit_all, git, make_fake_repo
@@ -23,12 +25,15 @@ from llmbench.ab.bisect import (
     SKIPPED,
     SLOWER,
     STOPPED,
+    UNDECIDED,
     Bisection,
     bisect,
     culprit_step,
+    outcome_of,
     steps_expected,
 )
 from llmbench.errors import Exit, UserError
+from llmbench.gate.stats import Comparison, Verdict
 
 BROKEN = "raise ImportError('this commit breaks the import')\n"
 
@@ -262,3 +267,48 @@ def test_ctrl_c_says_what_is_known_and_the_command_that_goes_on(repo, monkeypatc
     assert "so far the first slower commit lies from" in err
     assert f"To go on: llmbench bisect {good} HEAD --budget 300s --output bisect-" in err
     assert " -- -q\n" in err
+
+
+def test_an_undecided_benchmark_whose_interval_rules_out_slower_is_not_slower():
+    """As a confirmation clears: undecided between unchanged and faster, its interval
+    below 1 + threshold answers the step's question."""
+    cleared = Comparison(name="d", group=None, n_baseline=18, n_candidate=18,
+                         baseline_median=1.0, candidate_median=0.94, ratio=0.94, ci_low=0.80,
+                         ci_high=1.05, p_value=0.3, p_adjusted=0.3, threshold=0.10,
+                         verdict=Verdict.INCONCLUSIVE, rounds_needed=None, reason="cleared")
+    assert outcome_of(SimpleNamespace(comparisons=(cleared,)), ("d",))[0] == NOT_SLOWER
+    wide = dataclasses.replace(cleared, ci_high=1.2)
+    assert outcome_of(SimpleNamespace(comparisons=(wide,)), ("d",))[0] == UNDECIDED
+    assert outcome_of(SimpleNamespace(comparisons=(cleared,)), ("d", "e"))[0] == SKIPPED
+
+
+def test_a_slow_merge_is_the_culprit_along_first_parents_its_commit_with_all_parents(
+        repo, tmp_path):
+    good = git(repo, "rev-parse", "HEAD").strip()
+    main = git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
+
+    def change(name: str, subject: str, speed: str | None = None) -> str:
+        (repo / name).write_text(subject + "\n")
+        if speed is not None:
+            (repo / "llmbench" / "__init__.py").write_text(f"SPEED = {speed}\n")
+        return commit_all(repo, subject)
+
+    change("a.txt", "main 1")
+    git(repo, "checkout", "-q", "-b", "side")
+    change("b.txt", "side 1")
+    slow = change("c.txt", "side slows", speed="2.0")
+    git(repo, "checkout", "-q", main)
+    change("d.txt", "main 2")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "merge", "-q", "--no-ff", "side",
+        "-m", "merge side")
+    merge = git(repo, "rev-parse", "HEAD").strip()
+    change("e.txt", "main 3")
+    along, _ = bisect(good, "HEAD", budget_s=600, output=tmp_path / "first.json")
+    assert along.answer == FOUND and along.culprit == merge and len(along.commits) == 4
+    every, _ = bisect(good, "HEAD", budget_s=600, output=tmp_path / "all.json",
+                      all_parents=True)
+    assert every.answer == FOUND and every.culprit == slow and len(every.commits) == 6
+    assert culprit_step(every).baseline == git(repo, "rev-parse", f"{slow}^").strip()
+    with pytest.raises(UserError, match="--all-parents"):
+        bisect(git(repo, "rev-parse", "side~1").strip(), "HEAD", budget_s=60,
+               output=tmp_path / "side.json")

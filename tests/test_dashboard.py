@@ -447,3 +447,47 @@ def test_the_across_testbeds_figure_takes_dates_with_and_without_a_zone(tmp_path
                                                        (None, 0.1), ("not a date", 0.1))))
     path = across_figure(Across("test_decode", "test_decode", lines), tmp_path / "a.svg")
     assert path.read_text().lstrip().startswith("<?xml")
+
+
+def _bisection(culprit: str) -> dict:
+    """A saved bisection (as `llmbench bisect` writes it) whose culprit is `culprit`."""
+    good, bad = "a" * 40, "c" * 40
+
+    def step(baseline, commit, outcome, ratio):
+        verdict = "regression" if outcome == "slower" else "unchanged"
+        return {"baseline": baseline, "commit": commit, "watched": [], "outcome": outcome,
+                "seconds": 40.0, "reason": "", "kind": "time",
+                "benchmarks": [{"name": "benchmarks/x.py::test_decode_steps[ctx=16]",
+                                "label": "test_decode_steps[ctx=16]", "verdict": verdict,
+                                "ratio": ratio, "ci_low": ratio - 0.02,
+                                "ci_high": ratio + 0.02, "n_pairs": 12}]}
+
+    return {"good": good, "bad": bad, "key": "k", "commits": [culprit, bad],
+            "subjects": {good: "before", culprit: "the slow one", bad: "after"},
+            "steps": [step(good, bad, "slower", 1.4), step(good, culprit, "slower", 1.4),
+                      step(good, culprit, "slower", 1.41)],
+            "answer": "found", "culprit": culprit, "first_possible": culprit,
+            "last_possible": culprit, "skipped": [], "reason": "", "watched": [],
+            "parent": good, "kind": "time", "counts": {}}
+
+
+def test_a_change_point_offers_its_bisect_and_links_the_bisection_of_its_commit(tmp_path):
+    baselines = tmp_path / "baselines"
+    write_history(baselines / ENV, [1.0] * 6 + [1.4] * 6)
+    page = f"{ENV}/test_decode_steps-ctx-16.html"
+    build_site(baselines, tmp_path / "site")
+    text, _ = read_page(tmp_path / "site" / page)
+    assert (f"find its commit: llmbench bisect --change-point {baselines / ENV} "
+            f"'test_decode_steps[ctx=16]'") in text
+    saved = tmp_path / "bisect-aaaaaaaa-cccccccc.json"
+    saved.write_text(json.dumps(_bisection("b" * 40)))
+    build_site(baselines, tmp_path / "site", bisect_files=[saved])
+    text, links = read_page(tmp_path / "site" / page)
+    assert "bisected: the first slower commit: bbbbbbbb the slow one" in text
+    assert "../bisect/bisect-aaaaaaaa-cccccccc.html" in links
+    bisect_page = tmp_path / "site" / "bisect" / "bisect-aaaaaaaa-cccccccc.html"
+    text, _ = read_page(bisect_page)
+    assert "Against its parent aaaaaaaa (GOOD) before: slower" in text
+    assert (bisect_page.parent / "bisect-aaaaaaaa-cccccccc.png").read_bytes()[:4] == b"\x89PNG"
+    index, links = read_page(tmp_path / "site" / "index.html")
+    assert "bisect/bisect-aaaaaaaa-cccccccc.html" in links

@@ -2,16 +2,18 @@
 slower beyond the threshold, found by paired A/B (`run_ab`), never guessed from stored runs.
 
 The commits are GOOD..BAD along first parents (the order a branch's history was merged
-in), oldest first. The first step pairs GOOD against BAD on the selected benchmarks: those
-it finds slower are watched from then on (later steps run only them), and when none is,
-the range holds no slower commit and the bisection ends there. Each later step pairs GOOD
-against the open commit nearest the middle, halving the range as `git bisect` does: slower
-on any watched benchmark, the culprit is that commit or an earlier one; not slower on every
-one (paired intervals that rule the threshold out), a later one. A step the A/B cannot
+in), oldest first; with `all_parents`, every commit of the range, merged ones included. The
+first step pairs GOOD against BAD on the selected benchmarks: those it finds slower are
+watched from then on (later steps run only them), and when none is, the range holds no
+slower commit and the bisection ends there. Each later step pairs GOOD against the open
+commit that halves what is open, as `git bisect` picks it (by the commits each one
+contains: along a chain, the middle one): slower on any watched benchmark, the culprit is
+that commit or one it contains; not slower on every one (paired intervals that rule the
+threshold out), one it does not contain. A step the A/B cannot
 decide within its share of the budget is not guessed at: the bisection stops with the
 range it had. A commit whose suite cannot run (it fails to import, lacks a watched
 benchmark, or its suite fails) is skipped as `git bisect skip` does, and the open commit
-next nearest the middle is measured instead. When one commit is left, a last step pairs it
+that next best halves the rest is measured instead. When one commit is left, a last step pairs it
 against its parent, so the result shows what that commit alone did.
 
 Each step gets an equal share of what is left of the budget over the steps still expected.
@@ -26,7 +28,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -179,14 +181,22 @@ def _key(good: str, bad: str, pytest_args: Sequence[str], options: GateOptions,
     return hashlib.sha256(described.encode()).hexdigest()[:16]
 
 
-def first_parent_commits(root: Path, good: str, bad: str) -> tuple[tuple[str, ...],
-                                                                    dict[str, str]]:
-    """GOOD..BAD along first parents, oldest first, and each commit's subject (GOOD's too)."""
-    listed = git(root, "log", "--first-parent", "--reverse", "--format=%H%x09%s",
-                  f"{good}..{bad}")
+def range_commits(root: Path, good: str, bad: str, all_parents: bool = False
+                  ) -> tuple[tuple[str, ...], dict[str, str], dict[str, frozenset[str]]]:
+    """GOOD..BAD oldest first (along first parents, or every commit with `all_parents`),
+    each commit's subject (GOOD's too), and the commits of the range each one contains."""
+    walk = ["--topo-order"] if all_parents else ["--first-parent"]
+    listed = git(root, "log", *walk, "--reverse", "--format=%H%x09%s", f"{good}..{bad}")
     subjects = dict(line.split("\t", 1) for line in listed.splitlines() if line)
+    commits = tuple(subjects)
     subjects[good] = git(root, "log", "-1", "--format=%s", good)
-    return tuple(sha for sha in subjects if sha != good), subjects
+    if not all_parents:  # a chain: each commit contains those before it
+        return commits, subjects, {sha: frozenset(commits[:i + 1])
+                                   for i, sha in enumerate(commits)}
+    in_range = frozenset(commits)
+    contains = {sha: frozenset(git(root, "rev-list", f"{good}..{sha}").split()) & in_range
+                for sha in commits}
+    return commits, subjects, contains
 
 
 def _open_or_new(output: Path, fresh: Bisection) -> Bisection:
@@ -224,6 +234,12 @@ def _benchmarks(result: GateResult) -> tuple[dict, ...]:
                  for c in result.comparisons)
 
 
+def _not_slower(c) -> bool:
+    """Decided as not slower: unchanged, faster, or undecided between those with its
+    interval below 1 + threshold (cleared, as a confirmation clears: `gate.stored.settle`)."""
+    return c.verdict in CLEARED or (c.verdict == Verdict.INCONCLUSIVE and c.rules_out_slower)
+
+
 def outcome_of(result: GateResult, watched: tuple[str, ...]) -> tuple[str, str]:
     """(outcome, reason) of one step's A/B: slower when any judged benchmark is a
     regression, not slower when every one is ruled out, undecided otherwise; a watched
@@ -234,9 +250,9 @@ def outcome_of(result: GateResult, watched: tuple[str, ...]) -> tuple[str, str]:
         return SKIPPED, f"it has no {', '.join(missing)}"
     if any(c.verdict == Verdict.REGRESSION for c in judged.values()):
         return SLOWER, ""
-    if judged and all(c.verdict in CLEARED for c in judged.values()):
+    if judged and all(_not_slower(c) for c in judged.values()):
         return NOT_SLOWER, ""
-    left = [c.name for c in judged.values() if c.verdict not in CLEARED]
+    left = [c.name for c in judged.values() if not _not_slower(c)]
     return UNDECIDED, f"its A/B left {len(left)} benchmark(s) undecided within its share"
 
 
@@ -265,8 +281,9 @@ class _Stepper:
     """Runs (or reuses) steps within the budget, saving each as it ends."""
 
     def __init__(self, bisection: Bisection, output: Path, budget_s: float, judge: Judge,
-                 log: TextIO | None):
+                 log: TextIO | None, root: Path):
         self.bisection, self.output, self.judge, self.log = bisection, output, judge, log
+        self.root = root
         self.deadline = time.monotonic() + budget_s
 
     @property
@@ -305,8 +322,8 @@ class _Stepper:
 def bisect(good: str, bad: str, *, budget_s: float, pytest_args: Sequence[str] = (),
            options: GateOptions | None = None, repo: str | Path = ".",
            output: Path | None = None, log: TextIO | None = None,
-           run: Callable[..., GateResult] | None = None, work: bool = False
-           ) -> tuple[Bisection, Path]:
+           run: Callable[..., GateResult] | None = None, work: bool = False,
+           all_parents: bool = False) -> tuple[Bisection, Path]:
     """Bisect GOOD..BAD (see the module docstring); returns the bisection, saved at
     `output` (default: `default_output`) after every step and at the end. `run(baseline,
     commit, watched, budget_s)` is one paired A/B (default: `run_ab` between the two
@@ -322,13 +339,14 @@ def bisect(good: str, bad: str, *, budget_s: float, pytest_args: Sequence[str] =
     except ABError:
         raise UserError(f"{good} is not an ancestor of {bad}: pass an older GOOD "
                         "(GOOD..BAD must be a range of history)") from None
-    commits, subjects = first_parent_commits(root, good_sha, bad_sha)
-    if not commits or commits[-1] != bad_sha:
-        raise UserError(f"{bad} is not on the first-parent line from {good}: pass a BAD "
-                        "that a branch reached by its own commits and merges")
+    commits, subjects, contains = range_commits(root, good_sha, bad_sha, all_parents)
+    if not all_parents and git(root, "rev-parse", f"{commits[0]}^") != good_sha:
+        raise UserError(f"{good} is not on the first-parent line of {bad} (it came in "
+                        "through a merge): pass --all-parents to bisect every commit")
     output = output or default_output(good_sha, bad_sha)
     kind = "work" if work else "time"
-    fresh = Bisection(good_sha, bad_sha, _key(good_sha, bad_sha, pytest_args, options, kind),
+    fresh = Bisection(good_sha, bad_sha, _key(good_sha, bad_sha, pytest_args, options,
+                                              kind + (" all parents" if all_parents else "")),
                       commits, subjects, kind=kind)
     bisection = _open_or_new(output, fresh)
     if work:
@@ -341,66 +359,71 @@ def bisect(good: str, bad: str, *, budget_s: float, pytest_args: Sequence[str] =
                               pytest_args=[*pytest_args, *watched], options=options,
                               repo=root, log=log, focus=True, clearing_alpha=options.alpha)
         judge = paired_judge(run)
-    stepper = _Stepper(bisection, output, budget_s, judge, log)
+    stepper = _Stepper(bisection, output, budget_s, judge, log, root)
+    along = "with every merged commit" if all_parents else "along first parents"
     stepper.say(f"{len(commits)} commit(s) from {bisection.name(good_sha)} to "
-                f"{bisection.name(bad_sha)} along first parents; budget {budget_s:.0f} s")
-    _walk(bisection, stepper)
+                f"{bisection.name(bad_sha)} {along}; budget {budget_s:.0f} s")
+    _walk(bisection, stepper, contains)
     _save(bisection, output)
     return bisection, output
 
 
-def _walk(b: Bisection, stepper: _Stepper) -> None:
-    """Take steps until the bisection has its answer, and record it in `b`."""
-    commits = b.commits
-    first = stepper.step(b.good, b.bad, (), steps_expected(len(commits) - 1, False))
+def _walk(b: Bisection, stepper: _Stepper, contains: Mapping[str, frozenset[str]]) -> None:
+    """Take steps until the bisection has its answer, and record it in `b`. `contains`
+    holds, for each commit of the range, the commits of the range it contains (itself
+    included): a chain's prefix along first parents, an ancestry with merges."""
+    order = {sha: i for i, sha in enumerate(b.commits)}
+    first = stepper.step(b.good, b.bad, (), steps_expected(len(b.commits) - 1, False))
     if first.outcome == SKIPPED:
         raise UserError(f"GOOD against BAD could not be measured: {first.reason}")
     if first.outcome == NOT_SLOWER:
         b.answer = NONE_SLOWER
         return
-    lo, hi = -1, len(commits) - 1  # commits[lo] last known not slower (-1: GOOD), hi slower
+    # The culprit is among `open_`, and `slower` (the oldest commit known slower) is one.
+    open_, slower, skipped = set(b.commits), b.bad, set()
     if first.outcome == UNDECIDED:
-        _stop(b, lo, hi, "GOOD against BAD was not decided within its share of the budget "
-                         "(pass a longer --budget)")
+        _stop(b, open_, slower, "GOOD against BAD was not decided within its share of the "
+                                "budget (pass a longer --budget)")
         return
-    watched, skipped = first.slower, set()
-    b.watched = watched
-    while open_ := [i for i in range(lo + 1, hi) if i not in skipped]:
+    watched = b.watched = first.slower
+    while choices := [c for c in open_ if c != slower and c not in skipped]:
         # Known so far, saved with the next step: what an interruption reports.
-        b.first_possible, b.last_possible = commits[lo + 1], commits[hi]
+        b.first_possible, b.last_possible = min(open_, key=order.get), slower
         if stepper.left_s <= 0:
-            _stop(b, lo, hi, "the budget was spent (pass a longer --budget, and run the same "
-                             "command again: every step measured is kept)", skipped)
+            _stop(b, open_, slower, "the budget was spent (pass a longer --budget, and run "
+                                    "the same command again: every step measured is kept)",
+                  skipped)
             return
-        middle = (lo + hi) / 2
-        mid = min(open_, key=lambda i: (abs(i - middle), i))
-        step = stepper.step(b.good, commits[mid], watched, steps_expected(len(open_), True))
+        # The commit that halves what is open, as `git bisect` picks (the older on a tie).
+        mid = max(choices, key=lambda c: (min(len(contains[c] & open_),
+                                              len(open_ - contains[c])), -order[c]))
+        step = stepper.step(b.good, mid, watched, steps_expected(len(open_) - 1, True))
         if step.outcome == SLOWER:
-            hi = mid
+            open_, slower = open_ & contains[mid], mid
         elif step.outcome == NOT_SLOWER:
-            lo = mid
+            open_ -= contains[mid]
         elif step.outcome == SKIPPED:
             skipped.add(mid)
         else:
-            _stop(b, lo, hi, f"{b.name(commits[mid])} was not decided: {step.reason}",
-                  skipped)
+            _stop(b, open_, slower, f"{b.name(mid)} was not decided: {step.reason}", skipped)
             return
-    b.skipped = tuple(commits[i] for i in sorted(skipped))
-    if hi - lo > 1:  # every commit left open was skipped
+    b.skipped = tuple(sorted(skipped, key=order.get))
+    if len(open_) > 1:  # every commit left open but the slower one was skipped
         b.answer = NARROWED
-        b.first_possible, b.last_possible = commits[lo + 1], commits[hi]
+        b.first_possible, b.last_possible = min(open_, key=order.get), slower
         return
-    b.answer, b.culprit = FOUND, commits[hi]
-    b.first_possible = b.last_possible = commits[hi]
-    b.parent = commits[hi - 1] if hi > 0 else b.good
-    stepper.step(b.parent, commits[hi], watched, 1)
+    b.answer, b.culprit = FOUND, slower
+    b.first_possible = b.last_possible = slower
+    b.parent = git(stepper.root, "rev-parse", f"{slower}^")
+    stepper.step(b.parent, slower, watched, 1)
 
 
-def _stop(b: Bisection, lo: int, hi: int, reason: str, skipped: Iterable[int] = ()
-          ) -> None:
+def _stop(b: Bisection, open_: set[str], slower: str, reason: str,
+          skipped: Iterable[str] = ()) -> None:
+    order = {sha: i for i, sha in enumerate(b.commits)}
     b.answer, b.reason = STOPPED, reason
-    b.skipped = tuple(b.commits[i] for i in sorted(skipped))
-    b.first_possible, b.last_possible = b.commits[lo + 1], b.commits[hi]
+    b.skipped = tuple(sorted(skipped, key=order.get))
+    b.first_possible, b.last_possible = min(open_, key=order.get), slower
 
 
 def culprit_step(b: Bisection) -> Step | None:

@@ -36,6 +36,8 @@ def _again(args: argparse.Namespace) -> str:
         words += ["--alpha", f"{args.alpha!r}"]
     if args.work:
         words += ["--work", "--work-threshold", f"{args.work_threshold!r}"]
+    if args.all_parents:
+        words.append("--all-parents")
     if args.pytest_args:
         words += ["--", *args.pytest_args]
     return shlex.join(words)
@@ -93,7 +95,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         found, output = bisect.bisect(args.good, args.bad, budget_s=args.budget,
                                       pytest_args=args.pytest_args, options=options,
                                       output=args.output_used, log=sys.stderr,
-                                      work=args.work)
+                                      work=args.work, all_parents=args.all_parents)
     except KeyboardInterrupt:
         print(f"llmbench bisect: interrupted; {_known(args.output_used)}every step measured "
               f"so far is saved in {args.output_used}. To go on: {_again(args)}",
@@ -120,8 +122,9 @@ def register(subparsers) -> None:
         usage="llmbench bisect (GOOD BAD | --change-point ENV_FOLDER BENCHMARK) "
               "[--budget DURATION] [--output FILE] [decision flags] [-- PYTEST_ARGS ...]",
         description="Pair GOOD against BAD (llmbench ab between two commits) on the selected "
-                    "benchmarks; then halve GOOD..BAD along first parents, pairing GOOD "
-                    "against the middle commit on the benchmarks BAD made slower, until one "
+                    "benchmarks; then halve GOOD..BAD along first parents (--all-parents: "
+                    "every commit), pairing GOOD against the commit that halves what is "
+                    "open on the benchmarks BAD made slower, until one "
                     "commit is left, and pair it against its parent. An undecided step is "
                     "never guessed; a commit that cannot be measured is skipped. Pass "
                     "pytest arguments after --, e.g. "
@@ -145,6 +148,9 @@ def register(subparsers) -> None:
                         help="where the bisection is saved after every step; run the same "
                              "command again to reuse its steps. Default: "
                              "bisect-GOOD8-BAD8.json here")
+    parser.add_argument("--all-parents", action="store_true",
+                        help="bisect every commit of GOOD..BAD, those merges brought in "
+                             "included, not only the first-parent line")
     parser.add_argument("--work", action="store_true",
                         help="bisect counted work (ops, FLOPs, bytes) instead of time: one "
                              "suite run per commit, one round per case, compared exactly, no "

@@ -24,13 +24,13 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     source = args.baselines or runs.store_location(args.store)
     record = build_site(source if runs.is_database_url(source) else Path(source),
                         Path(args.output), ab_folders=[Path(f) for f in args.ab],
-                        alpha=args.alpha)
+                        bisect_files=[Path(f) for f in args.bisect], alpha=args.alpha)
     for slug, env in record["environments"].items():
         for problem in env["problems"]:
             print(f"llmbench dashboard: {slug}: {problem}", file=sys.stderr)
-    for ab in record["ab"]:
-        if ab["problem"]:
-            print(f"llmbench dashboard: {ab['problem']}", file=sys.stderr)
+    for kept in (*record["ab"], *record["bisect"]):
+        if kept["problem"]:
+            print(f"llmbench dashboard: {kept['problem']}", file=sys.stderr)
     counts = ", ".join(f"{slug} ({env['runs']} runs, {env['benchmarks']} benchmarks)"
                        for slug, env in record["environments"].items())
     print(f"wrote {Path(args.output) / 'index.html'}: {counts}"
@@ -45,7 +45,8 @@ def register(subparsers) -> None:
         description="Write a static site (no network needed to view it) of every environment "
                     "under BASELINES_DIR: an index with each benchmark's newest median, trend "
                     "and history verdict, one page per benchmark with its runs, change "
-                    "points and counted work, and a page per kept paired A/B (--ab). "
+                    "points and counted work, a page per kept paired A/B (--ab) and per saved "
+                    "bisection (--bisect). "
                     "Unreadable runs are left out and named. Exit 0: written; 2: bad input.")
     parser.add_argument("baselines", metavar="BASELINES_DIR", nargs="?", default=None,
                         help="the folder runs are saved in (one subfolder per environment), "
@@ -56,5 +57,8 @@ def register(subparsers) -> None:
                              "is replaced); open SITE_DIR/index.html")
     parser.add_argument("--ab", metavar="DIR", action="append", default=[],
                         help="a folder `llmbench ab --keep DIR` wrote; repeatable")
+    parser.add_argument("--bisect", metavar="FILE", action="append", default=[],
+                        help="a bisection `llmbench bisect` saved: its page, linked from the "
+                             "change points its range holds; repeatable")
     options.register(parser.add_argument, (options.ALPHA,))
     parser.set_defaults(func=cmd_dashboard)

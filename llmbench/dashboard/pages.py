@@ -8,6 +8,9 @@ file:// and from any static host.
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
+
 import jinja2
 from markupsafe import Markup
 
@@ -18,8 +21,9 @@ from llmbench.history import MIN_RUNS
 
 # The docs page that explains each kind of page (docs/, built by `nox -s docs`).
 DOCS = {"index": "docs/dashboard.md and docs/history.md",
-        "benchmark": "docs/dashboard.md and docs/history.md",
+        "benchmark": "docs/dashboard.md, docs/history.md and docs/bisect.md",
         "ab": "docs/ab.md and docs/verdicts.md",
+        "bisect": "docs/bisect.md",
         "across": "docs/dashboard.md and docs/stores.md"}
 
 # templates/: the pages, their one style sheet and their one script, inlined by `include`.
@@ -86,15 +90,38 @@ def render(template: str, **values) -> str:
         between=between, spark=spark, **values)
 
 
-def benchmark_rows(env: Environment, bench: Benchmark) -> tuple[list[str], list[dict]]:
+def bisect_command(env: Environment, bench: Benchmark, store: str | None = None) -> str:
+    """The command that bisects a benchmark's newest change point to its commit."""
+    words = ["llmbench", "bisect", *(["--store", store] if store else []), "--change-point",
+             str(env.folder), bench.name]
+    return shlex.join(words)
+
+
+def _bisected(commit: str | None, bisections: Sequence[dict]) -> dict | None:
+    """A saved bisection whose range holds the commit a change point starts at."""
+    if not commit:
+        return None
+    short = commit.split("+", 1)[0]
+    return next((b for b in bisections
+                 if any(sha.startswith(short) for sha in b["commits"])), None)
+
+
+def benchmark_rows(env: Environment, bench: Benchmark, bisections: Sequence[dict] = (),
+                   store: str | None = None) -> tuple[list[str], list[dict]]:
     """The runs table of a benchmark's page: each run's point, its work and memory, and the
-    change point that starts at it."""
+    change point that starts at it, with the command that bisects the newest one and the
+    saved bisection whose range holds its commit."""
     info = {r.number: r for r in env.runs}
     sizes = next((tuple(s for s, _ in w.sizes) for w in bench.work.values() if w.sizes), ())
-    starts = {}
+    starts, bisect = {}, {}
     if bench.judged is not None:
         for s in bench.judged.shifts:
-            starts[bench.judged.shift_run(s)] = f"change point x{s.ratio:.3f} (p {s.p:.2g})"
+            run = bench.judged.shift_run(s)
+            starts[run] = f"change point x{s.ratio:.3f} (p {s.p:.2g})"
+            bisect[run] = {"found": _bisected(bench.judged.shift_commit(s), bisections),
+                           "command": (bisect_command(env, bench, store)
+                                       if s is bench.judged.shifts[-1] and s.ratio > 1
+                                       else None)}
     rows = []
     for point in bench.series.points:
         run = info.get(point.run)
@@ -106,7 +133,8 @@ def benchmark_rows(env: Environment, bench: Benchmark) -> tuple[list[str], list[
                      "injected": run.injected if run else "",
                      "work": [f"{counts[s]:,}" if s in counts else "-" for s in sizes],
                      "memory": _mib(bench.memory.get(point.run)),
-                     "shift": starts.get(point.run, "")})
+                     "shift": starts.get(point.run, ""),
+                     "bisect": bisect.get(point.run)})
     return list(sizes), rows
 
 

@@ -55,7 +55,8 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _write_environment(out: Path, env: collect.Environment, command: str) -> None:
+def _write_environment(out: Path, env: collect.Environment, command: str,
+                       bisections: Sequence[dict] = (), store: str | None = None) -> None:
     folder = out / env.slug
     (folder / "fig").mkdir(parents=True)
     for bench in env.benchmarks:
@@ -63,7 +64,7 @@ def _write_environment(out: Path, env: collect.Environment, command: str) -> Non
         work = figures.work_figure(bench, folder / "fig" / f"{bench.slug}.work.svg")
         reasons = {w.not_counted for w in bench.work.values() if w.not_counted}
         older = [f"{r.number:04d}" for r in env.runs if r.older_format]
-        sizes, rows = pages.benchmark_rows(env, bench)
+        sizes, rows = pages.benchmark_rows(env, bench, bisections, store)
         _write(folder / f"{bench.slug}.html", pages.render(
             "benchmark", title=f"{bench.name}: {env.title}", b=bench, env=env, rows=rows,
             sizes=sizes,
@@ -125,6 +126,37 @@ def _write_abs(out: Path, folders: Sequence[Path]) -> list[dict]:
     return views
 
 
+def _write_bisections(out: Path, files: Sequence[Path], command: str) -> list[dict]:
+    """A page per saved bisection (`llmbench bisect`), in out/bisect/; for the index and
+    the change points, each one's answer and the commits it covered."""
+    from llmbench.report import bisect_report as words  # matplotlib's Agg: only here
+    from llmbench.report.write import json_document
+
+    names = collect.Names()
+    views = []
+    for path in files:
+        slug = names.take(path.stem)
+        document = json_document(path)
+        if not words.is_bisection(document):
+            views.append({"file": path, "slug": slug, "commits": (),
+                          "problem": f"{path}: not a bisection saved by `llmbench bisect`"})
+            continue
+        folder = out / "bisect"
+        folder.mkdir(exist_ok=True)
+        figure = f"{slug}.png" if words.draw(document, folder / f"{slug}.png") else None
+        answer, more = words.answer_words(document, quote="")
+        last = words.culprit_step(document)
+        _write(folder / f"{slug}.html", pages.render(
+            "bisect", title=f"Bisect {path.name}", doc=document, source=str(path),
+            answer=answer + (f": {more}" if more else ""), last=last, figure=figure,
+            name=lambda sha, d=document: words.commit_name(d, sha, quote=""),
+            outcome=lambda step, d=document: words.outcome_words(d, step),
+            benchmarks=words.benchmark_words, command=command))
+        views.append({"file": path, "slug": slug, "problem": "", "answer": answer,
+                      "commits": (document["good"], *document["commits"])})
+    return views
+
+
 def _publish(out: Path, site: Path) -> None:
     """Swap the finished site into place: the earlier one aside first, removed last."""
     umask = os.umask(0)
@@ -145,10 +177,11 @@ def _publish(out: Path, site: Path) -> None:
 
 
 def build_site(baselines: Path | str, site: Path, *, ab_folders: Sequence[Path] = (),
+               bisect_files: Sequence[Path] = (),
                alpha: float = gate.DEFAULT_ALPHA) -> dict:
     """Write the dashboard of every environment under `baselines` (a folder, or a database
-    store's URL) and the kept A/Bs into `site`; what was written, as `dashboard.json`
-    records it."""
+    store's URL), the kept A/Bs and the saved bisections into `site`; what was written, as
+    `dashboard.json` records it."""
     _check_target(site)
     environments = collect.read_environments(baselines, alpha=alpha)
     source = (["--store", runs.open_store(str(baselines)).name]
@@ -156,24 +189,31 @@ def build_site(baselines: Path | str, site: Path, *, ab_folders: Sequence[Path] 
     argv = ["llmbench", "dashboard", *source, "-o", str(site)]
     for folder in ab_folders:
         argv += ["--ab", str(folder)]
+    for path in bisect_files:
+        argv += ["--bisect", str(path)]
     command = shlex.join(argv)
+    store = source[1] if source[0] == "--store" else None
     site.parent.mkdir(parents=True, exist_ok=True)
     out = Path(tempfile.mkdtemp(prefix=f".{site.name}-new-", dir=site.parent))
     try:
+        bisections = _write_bisections(out, bisect_files, command)
         for env in environments:
-            _write_environment(out, env, command)
+            _write_environment(out, env, command, bisections, store)
         views = _write_abs(out, ab_folders)
         across = _write_across(out, environments, command)
         built = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         _write(out / "index.html", pages.render(
             "index", title="llmbench dashboard", environments=environments, abs=views,
-            across=across, source=str(baselines), built=built, command=command))
+            bisections=bisections, across=across, source=str(baselines), built=built,
+            command=command))
         record = {"generator": GENERATOR, "built": built, "source": str(baselines),
                   "environments": {e.slug: {"runs": len(e.runs),
                                             "benchmarks": len(e.benchmarks),
                                             "problems": e.problems} for e in environments},
                   "ab": [{"folder": str(v["folder"]), "problem": v["problem"]}
                          for v in views],
+                  "bisect": [{"file": str(v["file"]), "problem": v["problem"]}
+                             for v in bisections],
                   "across": [a.name for a in across],
                   "files": sorted(_files_in(out))}
         _write(out / MARKER, json.dumps(record, indent=1))

@@ -128,6 +128,12 @@ class Comparison:
     n_pairs: int = 0  # pairs of rounds, when judged paired (`sequential`)
 
     @property
+    def rules_out_slower(self) -> bool:
+        """Whether its interval lies below 1 + threshold: slower beyond the threshold is
+        ruled out, whatever else is undecided (unchanged or faster)."""
+        return self.ci_high < 1 + self.threshold
+
+    @property
     def unit(self) -> str:
         """What `rounds_needed` counts: "pairs" when judged paired, else "rounds" (per
         side)."""

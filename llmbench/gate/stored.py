@@ -127,7 +127,7 @@ def settle(comparisons: Sequence[Comparison],
         if ab is None:
             out.append(c)
             continue
-        if ab.verdict is Verdict.INCONCLUSIVE and ab.ci_high < 1 + ab.threshold:
+        if ab.verdict is Verdict.INCONCLUSIVE and ab.rules_out_slower:
             # Undecided between unchanged and faster, but its interval rules out what the
             # gate asks: slower beyond the threshold. Cleared: not slower.
             out.append(dataclasses.replace(
@@ -165,7 +165,7 @@ def unproven(comparisons: Sequence[Comparison], names, why: str) -> tuple[Compar
     names = set(names)
 
     def withdrawn(c: Comparison) -> Comparison:
-        ruled_out = c.ci_high < 1 + c.threshold  # said only where it holds
+        ruled_out = c.rules_out_slower  # said only where it holds
         return dataclasses.replace(
             c, verdict=Verdict.NOT_SLOWER if ruled_out else Verdict.INCONCLUSIVE,
             rounds_needed=None,

@@ -31,19 +31,20 @@ def is_bisection(document: object) -> bool:
     return isinstance(document, dict) and {"good", "bad", "commits", "steps"} <= set(document)
 
 
-def _name(document: dict, sha: str | None) -> str:
+def commit_name(document: dict, sha: str | None, quote: str = "`") -> str:
+    """A commit as a reader knows it: its short id (in `quote`s), GOOD or BAD, its subject."""
     if sha is None:
         return "–"
     label = " (GOOD)" if sha == document["good"] else " (BAD)" if sha == document["bad"] else ""
-    return f"`{sha[:8]}`{label} {document['subjects'].get(sha, '')}".rstrip()
+    return f"{quote}{sha[:8]}{quote}{label} {document['subjects'].get(sha, '')}".rstrip()
 
 
-def _outcome(document: dict, step: dict) -> str:
+def outcome_words(document: dict, step: dict) -> str:
     words = WORK_WORDS if document.get("kind") == "work" else {}
     return words.get(step["outcome"], step["outcome"])
 
 
-def _benchmarks(step: dict) -> str:
+def benchmark_words(step: dict) -> str:
     if step["outcome"] == SKIPPED or not step["benchmarks"]:
         return step.get("reason") or "–"
     parts = []
@@ -56,41 +57,56 @@ def _benchmarks(step: dict) -> str:
     return "; ".join(parts)
 
 
-def _answer(document: dict) -> str:
+def answer_words(document: dict, quote: str = "`") -> tuple[str, str]:
+    """(the answer, what follows it): the culprit, no commit worse, or the range reached
+    and why it stopped there."""
+    def name(sha: str | None) -> str:
+        return commit_name(document, sha, quote)
+
     work = document.get("kind") == "work"
     first = "the first commit doing more work" if work else "the first slower commit"
     answer = document.get("answer")
     if answer == "found":
-        return f"**{first}: {_name(document, document['culprit'])}**"
+        return f"{first}: {name(document['culprit'])}", ""
     if answer == "none slower":
-        return (f"**no commit in this range is "
-                f"{'doing more work' if work else 'slower'} beyond the threshold**")
+        return (f"no commit in this range is {'doing more work' if work else 'slower'} "
+                "beyond the threshold"), ""
     if answer is None:
-        return "**not finished** (interrupted: run the same command again to go on)"
-    return (f"**{first} lies from {_name(document, document['first_possible'])} to "
-            f"{_name(document, document['last_possible'])}**: "
-            f"{document.get('reason') or 'only skipped commits keep the range open'}")
+        return "not finished", "interrupted: run the same command again to go on"
+    return (f"{first} lies from {name(document['first_possible'])} to "
+            f"{name(document['last_possible'])}",
+            document.get("reason") or "only skipped commits keep the range open")
+
+
+def culprit_step(document: dict) -> dict | None:
+    """The step that paired the culprit with its parent, when there was one."""
+    pair = (document.get("parent"), document.get("culprit"))
+    if None in pair:
+        return None
+    return next((s for s in reversed(document["steps"])
+                 if (s["baseline"], s["commit"]) == pair), None)
+
+
+def _bold(answer: str, more: str) -> str:
+    return f"**{answer}**" + (f": {more}" if more else "")
 
 
 def render(document: dict, figure: str | None) -> str:
     commits = document["commits"]
-    lines = [f"# Bisect: {_name(document, document['good'])} to "
-             f"{_name(document, document['bad'])}", "",
+    lines = [f"# Bisect: {commit_name(document, document['good'])} to "
+             f"{commit_name(document, document['bad'])}", "",
              f"{len(commits)} commit(s) along first parents; "
              f"{'counted work' if document.get('kind') == 'work' else 'paired A/B'} steps.", "",
-             _answer(document), ""]
+             _bold(*answer_words(document)), ""]
     parent = document.get("parent")
-    culprit = document.get("culprit")
-    last = next((s for s in reversed(document["steps"])
-                 if (s["baseline"], s["commit"]) == (parent, culprit)), None)
-    if last is not None:
-        lines += [f"Against its parent {_name(document, parent)}: {_outcome(document, last)}; "
-                  f"{_benchmarks(last)}", ""]
+    if (last := culprit_step(document)) is not None:
+        lines += [f"Against its parent {commit_name(document, parent)}: "
+                  f"{outcome_words(document, last)}; {benchmark_words(last)}", ""]
     if document.get("skipped"):
         lines += ["Skipped (could not be measured): "
-                  + ", ".join(_name(document, s) for s in document["skipped"]), ""]
-    rows = [[str(number), _name(document, s["commit"]), _name(document, s["baseline"]),
-             _outcome(document, s), f"{s['seconds']:.0f} s", _benchmarks(s)]
+                  + ", ".join(commit_name(document, s) for s in document["skipped"]), ""]
+    rows = [[str(number), commit_name(document, s["commit"]), commit_name(document, s["baseline"]),
+             outcome_words(document, s), f"{s['seconds']:.0f} s", benchmark_words(s)]
             for number, s in enumerate(document["steps"], 1)]
     lines += ["## Steps", "", *markdown_table(
         ["step", "commit", "against", "outcome", "time", "benchmarks"], rows, "><<<><"), ""]
