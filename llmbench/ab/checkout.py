@@ -131,9 +131,14 @@ def check_imports(side: Checkout) -> None:
         [sys.executable, "-c", "import llmbench, os; print(os.path.realpath(llmbench.__file__))"],
         cwd=side.root, env=side_env(side), capture_output=True, text=True)
     imported = Path(probe.stdout.strip() or "?")
-    if probe.returncode != 0 or side.root.resolve() not in imported.parents:
+    if probe.returncode != 0:
+        # The traceback's last line says what failed (ModuleNotFoundError: ...).
+        said = (probe.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise ABError(f"{side.name} cannot import llmbench from its checkout {side.root}: "
+                      f"{said[-300:]}")
+    if side.root.resolve() not in imported.parents:
         raise ABError(f"{side.name} would import llmbench from {imported}, not from its "
-                      f"checkout {side.root}: {probe.stderr.strip()[-200:]}")
+                      f"checkout {side.root}")
 
 
 def check_commit(run: runs.Run, side: Checkout) -> None:
