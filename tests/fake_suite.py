@@ -26,6 +26,11 @@ ENV = {"model": "fake", "device": "cpu", "device_name": "x", "dtype": "float32",
 def pytest_addoption(parser):
     parser.addoption("--baseline-dir")
     parser.addoption("--model", default="fake")
+    # What the real suite takes to set what it measures (`llmbench bisect --change-point`
+    # passes a history's settings on); the fake suite measures the same whatever they say.
+    for name in ("--device", "--dtype", "--threads", "--attn", "--cache", "--weights"):
+        parser.addoption(name)
+    parser.addoption("--compile", action="store_true")
 
 
 @pytest.fixture(scope="session", autouse=True)

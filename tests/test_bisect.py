@@ -16,7 +16,7 @@ import pytest
 from fake_suite import commit_all, git, make_fake_repo
 from gate_runs import REPO, make_run, write_run
 
-from llmbench import cli
+from llmbench import cli, history
 from llmbench.ab import run_ab
 from llmbench.ab.bisect import (
     FOUND,
@@ -32,6 +32,7 @@ from llmbench.ab.bisect import (
     outcome_of,
     steps_expected,
 )
+from llmbench.cli.bisect import _environment_args
 from llmbench.errors import Exit, UserError
 from llmbench.gate.stats import Comparison, Verdict
 
@@ -202,6 +203,11 @@ def test_a_change_point_in_the_history_is_bisected_to_its_commit(repo, tmp_path,
     assert code == Exit.OK, err
     assert "test_speed's newest change point" in err
     assert out.startswith(f"the first slower commit: {shas[5][:8]}")
+    # Measured as the history was: its runs' model, device and dtype (threads: as given).
+    result = history.judge_history(history.load_history(env))
+    asked = SimpleNamespace(store=None, pytest_args=["--threads=1"])
+    assert _environment_args(str(env), asked, result) == [
+        "--model=tiny", "--device=cpu", "--dtype=float32"]
 
 
 def test_a_change_point_bisect_cannot_find_is_refused_in_one_line(repo, tmp_path, capsys):
@@ -266,7 +272,8 @@ def test_ctrl_c_says_what_is_known_and_the_command_that_goes_on(repo, monkeypatc
     code, _, err = _bisect([good, "HEAD", "--budget", "5m", "--", "-q"], capsys)
     assert code == Exit.INTERRUPTED
     assert "so far the first slower commit lies from" in err
-    assert f"To go on: llmbench bisect {good} HEAD --budget 300s --output bisect-" in err
+    bad = git(repo, "rev-parse", "HEAD").strip()
+    assert f"To go on: llmbench bisect {good} {bad} --budget 300s --output bisect-" in err
     assert " -- -q\n" in err
 
 

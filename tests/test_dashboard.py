@@ -478,7 +478,7 @@ def test_a_change_point_offers_its_bisect_and_links_the_bisection_of_its_commit(
     build_site(baselines, tmp_path / "site")
     text, _ = read_page(tmp_path / "site" / page)
     assert (f"find its commit: llmbench bisect --change-point {baselines / ENV} "
-            f"'test_decode_steps[ctx=16]'") in text
+            "'benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]'") in text
     saved = tmp_path / "bisect-aaaaaaaa-cccccccc.json"
     saved.write_text(json.dumps(_bisection("b" * 40)))
     build_site(baselines, tmp_path / "site", bisect_files=[saved])

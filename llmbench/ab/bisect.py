@@ -121,6 +121,7 @@ class Bisection:
     parent: str | None = None  # the culprit's parent, which the last step paired it with
     kind: str = "time"  # "work": counted work, one suite run per commit, no pairing
     counts: dict[str, dict] = field(default_factory=dict)  # work: each commit's counts
+    all_parents: bool = False  # every commit of the range, not only the first-parent line
 
     def name(self, sha: str) -> str:
         label = "GOOD" if sha == self.good else "BAD" if sha == self.bad else None
@@ -129,11 +130,12 @@ class Bisection:
 
     def find(self, baseline: str, commit: str, watched: tuple[str, ...],
              decided_only: bool = True) -> Step | None:
-        """The newest step of `commit` against `baseline` on `watched`; an undecided one
-        only when not `decided_only` (a new run measures it again, with its own share)."""
+        """The newest step of `commit` against `baseline` on `watched`; an undecided or
+        skipped one only when not `decided_only` (a new run measures it again: with its own
+        share, or after what kept it from running was fixed)."""
         for step in reversed(self.steps):
             if (step.baseline, step.commit, step.watched) == (baseline, commit, watched) and (
-                    not decided_only or step.outcome != UNDECIDED):
+                    not decided_only or step.outcome not in (UNDECIDED, SKIPPED)):
                 return step
         return None
 
@@ -160,8 +162,7 @@ class Bisection:
         where = (f"{first} lies from {self.name(self.first_possible)} to "
                  f"{self.name(self.last_possible)}")
         if self.answer == NARROWED:
-            return (f"{where}; the commits inside could not be measured ("
-                    f"{', '.join(s[:8] for s in self.skipped)})")
+            return f"{where}; the commits between could not be measured"
         return f"{where}: {self.reason}"
 
     def skipped_line(self) -> str | None:
@@ -171,8 +172,8 @@ class Bisection:
                 + ", ".join(self.name(sha) for sha in self.skipped))
 
 
-def default_output(good: str, bad: str) -> Path:
-    return Path(f"bisect-{good[:8]}-{bad[:8]}.json")
+def default_output(good: str, bad: str, work: bool = False) -> Path:
+    return Path(f"bisect-{'work-' if work else ''}{good[:8]}-{bad[:8]}.json")
 
 
 def _key(good: str, bad: str, pytest_args: Sequence[str], options: GateOptions,
@@ -185,7 +186,9 @@ def range_commits(root: Path, good: str, bad: str, all_parents: bool = False
                   ) -> tuple[tuple[str, ...], dict[str, str], dict[str, frozenset[str]]]:
     """GOOD..BAD oldest first (along first parents, or every commit with `all_parents`),
     each commit's subject (GOOD's too), and the commits of the range each one contains."""
-    walk = ["--topo-order"] if all_parents else ["--first-parent"]
+    # --ancestry-path: only commits that contain GOOD; one forked before it lacks GOOD's
+    # own changes, so pairing it against GOOD would measure those.
+    walk = ["--topo-order", "--ancestry-path"] if all_parents else ["--first-parent"]
     listed = git(root, "log", *walk, "--reverse", "--format=%H%x09%s", f"{good}..{bad}")
     subjects = dict(line.split("\t", 1) for line in listed.splitlines() if line)
     commits = tuple(subjects)
@@ -194,7 +197,8 @@ def range_commits(root: Path, good: str, bad: str, all_parents: bool = False
         return commits, subjects, {sha: frozenset(commits[:i + 1])
                                    for i, sha in enumerate(commits)}
     in_range = frozenset(commits)
-    contains = {sha: frozenset(git(root, "rev-list", f"{good}..{sha}").split()) & in_range
+    contains = {sha: frozenset(git(root, "rev-list", "--ancestry-path", f"{good}..{sha}")
+                               .split()) & in_range
                 for sha in commits}
     return commits, subjects, contains
 
@@ -244,7 +248,8 @@ def outcome_of(result: GateResult, watched: tuple[str, ...]) -> tuple[str, str]:
     """(outcome, reason) of one step's A/B: slower when any judged benchmark is a
     regression, not slower when every one is ruled out, undecided otherwise; a watched
     benchmark the commit lacks makes it one to skip."""
-    judged = {c.name: c for c in result.comparisons}
+    # Only what the step asked about decides it: the pytest selection may collect more.
+    judged = {c.name: c for c in result.comparisons if not watched or c.name in watched}
     missing = [name for name in watched if name not in judged]
     if missing:
         return SKIPPED, f"it has no {', '.join(missing)}"
@@ -310,6 +315,9 @@ class _Stepper:
         try:
             outcome, benchmarks, reason = self.judge(baseline, commit, watched, share)
         except ABError as exc:
+            if str(exc).startswith("baseline"):  # the reference failed: not the commit's
+                raise UserError(f"{b.name(baseline)} failed while {b.name(commit)} was "
+                                f"measured against it: {exc}") from None
             outcome, benchmarks, reason = SKIPPED, (), str(exc)
         step = Step(baseline, commit, watched, outcome, time.monotonic() - start, benchmarks,
                     reason, b.kind)
@@ -329,7 +337,9 @@ def bisect(good: str, bad: str, *, budget_s: float, pytest_args: Sequence[str] =
     commit, watched, budget_s)` is one paired A/B (default: `run_ab` between the two
     commits' worktrees, `watched` appended to the pytest arguments). `work`: bisect counted
     work instead (`work_steps`): one suite run per commit, compared exactly."""
-    options = options or GateOptions()
+    # The commits are what differ: one that changes a recorded setting (a default
+    # attention, a fingerprint) is measured, not refused.
+    options = dataclasses.replace(options or GateOptions(), allow_mismatch=True)
     root = repo_root(repo)
     good_sha, bad_sha = resolve_rev(root, good), resolve_rev(root, bad)
     if good_sha == bad_sha:
@@ -343,11 +353,11 @@ def bisect(good: str, bad: str, *, budget_s: float, pytest_args: Sequence[str] =
     if not all_parents and git(root, "rev-parse", f"{commits[0]}^") != good_sha:
         raise UserError(f"{good} is not on the first-parent line of {bad} (it came in "
                         "through a merge): pass --all-parents to bisect every commit")
-    output = output or default_output(good_sha, bad_sha)
+    output = output or default_output(good_sha, bad_sha, work)
     kind = "work" if work else "time"
     fresh = Bisection(good_sha, bad_sha, _key(good_sha, bad_sha, pytest_args, options,
                                               kind + (" all parents" if all_parents else "")),
-                      commits, subjects, kind=kind)
+                      commits, subjects, kind=kind, all_parents=all_parents)
     bisection = _open_or_new(output, fresh)
     if work:
         judge = work_judge(root, pytest_args, options.work_threshold, bisection.counts)
@@ -387,8 +397,9 @@ def _walk(b: Bisection, stepper: _Stepper, contains: Mapping[str, frozenset[str]
         return
     watched = b.watched = first.slower
     while choices := [c for c in open_ if c != slower and c not in skipped]:
-        # Known so far, saved with the next step: what an interruption reports.
+        # Known so far, saved now: what an interruption reports.
         b.first_possible, b.last_possible = min(open_, key=order.get), slower
+        _save(b, stepper.output)
         if stepper.left_s <= 0:
             _stop(b, open_, slower, "the budget was spent (pass a longer --budget, and run "
                                     "the same command again: every step measured is kept)",
@@ -415,6 +426,10 @@ def _walk(b: Bisection, stepper: _Stepper, contains: Mapping[str, frozenset[str]
     b.answer, b.culprit = FOUND, slower
     b.first_possible = b.last_possible = slower
     b.parent = git(stepper.root, "rev-parse", f"{slower}^")
+    if stepper.left_s <= 0 and b.find(b.parent, slower, watched) is None:
+        b.reason = ("the budget was spent before it could be paired with its parent: run the "
+                    "same command again with a longer --budget")
+        return
     stepper.step(b.parent, slower, watched, 1)
 
 

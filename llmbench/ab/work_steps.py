@@ -64,6 +64,8 @@ def work_judge(root: Path, pytest_args: Sequence[str], threshold: float,
         missing = [name for name in names if name not in cand]
         if missing:
             return SKIPPED, (), f"it has no {', '.join(missing)}"
+        if not names:
+            return SKIPPED, (), "it shares no counted case with its baseline"
         findings = [judge_work(name, {"work": base[name]}, {"work": cand[name]}, threshold)
                     for name in names]
         benchmarks = tuple({"name": f.name, "label": f.name.rsplit("::", 1)[-1],

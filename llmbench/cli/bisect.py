@@ -25,8 +25,9 @@ DEFAULT_BUDGET_S = 3600.0
 
 
 def _again(args: argparse.Namespace) -> str:
-    """The command that goes on where this one stopped (the same arguments)."""
-    words = ["llmbench", COMMAND, args.good, args.bad, "--budget", f"{args.budget:.0f}s",
+    """The command that goes on where this one stopped: the same arguments, the revisions
+    as the commits they named (a branch may have moved since)."""
+    words = ["llmbench", COMMAND, args.good_sha, args.bad_sha, "--budget", f"{args.budget:g}s",
              "--output", str(args.output_used)]
     if args.threshold is not None:
         words += ["--threshold", f"{args.threshold!r}"]
@@ -55,8 +56,31 @@ def _from_change_point(args: argparse.Namespace) -> None:
           f"{found.good_run:04d} ({found.good}) to run {found.bad_run:04d} ({found.bad})",
           file=sys.stderr)
     args.good, args.bad = found.good, found.bad
-    if found.key not in args.pytest_args:
-        args.pytest_args = [*args.pytest_args, found.key]
+    args.pytest_args = [*args.pytest_args, *_environment_args(folder, args, result),
+                        *([found.key] if found.key not in args.pytest_args else [])]
+
+
+# The suite's options that set what the history's runs measured, by their environment field.
+ENVIRONMENT_OPTIONS = (("model", "--model"), ("device", "--device"), ("dtype", "--dtype"),
+                       ("threads", "--threads"), ("attn", "--attn"), ("kv_cache", "--cache"),
+                       ("weights", "--weights"))
+
+
+def _environment_args(folder: str, args: argparse.Namespace, result) -> list[str]:
+    """The pytest options that measure what the history measured (its newest run's model,
+    device, dtype, threads and engine settings), each unless the user gave it."""
+    from llmbench import runs
+
+    store = runs.store_location(args.store)
+    address = (f"{folder}/{result.history.newest:04d}" if store and runs.is_database_url(store)
+               else folder)
+    env = runs.load_address(address, store, samples=False).environment
+    given = {a.split("=", 1)[0] for a in args.pytest_args}
+    extra = [f"{flag}={env[field]}" for field, flag in ENVIRONMENT_OPTIONS
+             if env.get(field) is not None and flag not in given]
+    if env.get("compile") and "--compile" not in given:
+        extra.append("--compile")
+    return extra
 
 
 def _known(output: Path) -> str:
@@ -71,7 +95,8 @@ def _known(output: Path) -> str:
         return ""
     if saved.first_possible is None:
         return ""
-    return (f"so far the first slower commit lies from {saved.name(saved.first_possible)} to "
+    first = "commit doing more work" if saved.kind == "work" else "slower commit"
+    return (f"so far the first {first} lies from {saved.name(saved.first_possible)} to "
             f"{saved.name(saved.last_possible)}; ")
 
 
@@ -89,8 +114,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if args.change_point is not None:
         _from_change_point(args)
     root = ab.repo_root(".")
-    args.output_used = args.output or bisect.default_output(
-        ab.resolve_rev(root, args.good), ab.resolve_rev(root, args.bad))
+    args.good_sha, args.bad_sha = ab.resolve_rev(root, args.good), ab.resolve_rev(root, args.bad)
+    args.output_used = args.output or bisect.default_output(args.good_sha, args.bad_sha,
+                                                            args.work)
     try:
         found, output = bisect.bisect(args.good, args.bad, budget_s=args.budget,
                                       pytest_args=args.pytest_args, options=options,
@@ -104,13 +130,16 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     print(found.answer_line())
     if (step := bisect.culprit_step(found)) is not None:
         print(f"  against its parent: {step.line(found.name)}")
+    elif found.answer == bisect.FOUND and found.reason:
+        print(f"  not paired with its parent: {found.reason}")
     if (skipped := found.skipped_line()) is not None:
         print(f"  {skipped}")
     print(f"{len(found.steps)} step(s), {sum(s.seconds for s in found.steps):.0f} s measured; "
           f"saved in {output}")
     if found.answer in (bisect.FOUND, bisect.NONE_SLOWER):
         return Exit.OK
-    print(f"to go on with more time: {_again(args)}", file=sys.stderr)
+    if found.answer == bisect.STOPPED:
+        print(f"to go on with more time: {_again(args)}", file=sys.stderr)
     return Exit.REGRESSION
 
 

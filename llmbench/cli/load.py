@@ -257,7 +257,7 @@ def cmd_load(args: argparse.Namespace) -> int:
         output_tokens=(None if args.output_tokens is None
                        else parse_lengths(args.output_tokens, "--output-tokens")),
         prefix_tokens=args.shared_prefix, prefix_groups=args.prefix_groups,
-        turns=None if args.turns is None else parse_lengths(args.turns, "--turns"),
+        turns=None if args.turns is None else parse_lengths(args.turns, "--turns", "turns"),
         seed=_seed(args))
     if workload.turns is None and args.think_time:
         raise UserError("--think-time is the pause between a session's turns: add --turns")

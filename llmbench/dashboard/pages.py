@@ -93,7 +93,7 @@ def render(template: str, **values) -> str:
 def bisect_command(env: Environment, bench: Benchmark, store: str | None = None) -> str:
     """The command that bisects a benchmark's newest change point to its commit."""
     words = ["llmbench", "bisect", *(["--store", store] if store else []), "--change-point",
-             str(env.folder), bench.name]
+             str(env.folder), bench.series.key]
     return shlex.join(words)
 
 
@@ -119,9 +119,11 @@ def benchmark_rows(env: Environment, bench: Benchmark, bisections: Sequence[dict
             run = bench.judged.shift_run(s)
             starts[run] = f"change point x{s.ratio:.3f} (p {s.p:.2g})"
             bisect[run] = {"found": _bisected(bench.judged.shift_commit(s), bisections),
+                           # Only where a bisect can answer: the newest change point, a
+                           # slowdown, with other named code on its two sides.
                            "command": (bisect_command(env, bench, store)
                                        if s is bench.judged.shifts[-1] and s.ratio > 1
-                                       else None)}
+                                       and bench.judged.code_changed(s) else None)}
     rows = []
     for point in bench.series.points:
         run = info.get(point.run)

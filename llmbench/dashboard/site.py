@@ -153,7 +153,7 @@ def _write_bisections(out: Path, files: Sequence[Path], command: str) -> list[di
             outcome=lambda step, d=document: words.outcome_words(d, step),
             benchmarks=words.benchmark_words, command=command))
         views.append({"file": path, "slug": slug, "problem": "", "answer": answer,
-                      "commits": (document["good"], *document["commits"])})
+                      "commits": tuple(document["commits"])})
     return views
 
 

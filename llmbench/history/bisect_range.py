@@ -64,5 +64,12 @@ def bisect_range(result: HistoryResult, benchmark: str) -> BisectRange:
         raise UserError(f"the runs around {name}'s newest change point do not name their code "
                         "(a run without a commit, or with uncommitted changes): bisect "
                         "`llmbench bisect GOOD BAD` with the commits you know")
-    return BisectRange(before.commit, after.commit, series.series.key, name, before.run,
-                       after.run, shift.ratio)
+    # A run's code may carry a slowdown injected on top of its commit (`+slow ...`): the
+    # commit is what a bisect can check out.
+    good, bad = (point.commit.partition("+")[0] for point in (before, after))
+    if good == bad:
+        raise UserError(f"the same commit ran on both sides of {name}'s newest change point "
+                        f"(run {series.shift_run(shift):04d}), with another injected slowdown: "
+                        "no commit to bisect")
+    return BisectRange(good, bad, series.series.key, name, before.run, after.run,
+                       shift.ratio)

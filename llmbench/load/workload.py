@@ -68,13 +68,13 @@ class Lengths:
         return f"{self.kind}:{self.low:g}:{self.high:g}"
 
 
-def parse_lengths(text: str, flag: str) -> Lengths:
-    """`text` as Lengths; one line naming `flag` when it is not one of the forms."""
-    usage = (f"{flag} takes N, uniform:LOW:HIGH, normal:MEAN:SD or file:PATH (token counts), "
-             f"got {text!r}")
+def parse_lengths(text: str, flag: str, unit: str = "tokens") -> Lengths:
+    """`text` as Lengths of `unit`; one line naming `flag` when it is not one of the forms."""
+    usage = (f"{flag} takes N, uniform:LOW:HIGH, normal:MEAN:SD or file:PATH (counts of "
+             f"{unit}), got {text!r}")
     kind, _, rest = text.partition(":")
     if kind == "file":
-        return _from_file(Path(rest), flag)
+        return _from_file(Path(rest), flag, unit)
     try:
         numbers = [float(part) for part in (rest.split(":") if rest else [kind])]
     except ValueError:
@@ -92,7 +92,7 @@ def parse_lengths(text: str, flag: str) -> Lengths:
     raise UserError(usage)
 
 
-def _from_file(path: Path, flag: str) -> Lengths:
+def _from_file(path: Path, flag: str, unit: str) -> Lengths:
     try:
         lines = [line.strip() for line in path.read_text("utf-8").splitlines()]
     except OSError as exc:
@@ -103,7 +103,7 @@ def _from_file(path: Path, flag: str) -> Lengths:
             continue
         if not line.isdigit() or int(line) < 1:
             raise UserError(f"{flag}: {path}, line {number}: {line!r} is not a whole number "
-                            "of tokens of at least 1")
+                            f"of {unit} of at least 1")
         values.append(int(line))
     if not values:
         raise UserError(f"{flag}: {path} lists no lengths")

@@ -93,9 +93,10 @@ def _bold(answer: str, more: str) -> str:
 
 def render(document: dict, figure: str | None) -> str:
     commits = document["commits"]
+    along = "with every merged commit" if document.get("all_parents") else "along first parents"
     lines = [f"# Bisect: {commit_name(document, document['good'])} to "
              f"{commit_name(document, document['bad'])}", "",
-             f"{len(commits)} commit(s) along first parents; "
+             f"{len(commits)} commit(s) {along}; "
              f"{'counted work' if document.get('kind') == 'work' else 'paired A/B'} steps.", "",
              _bold(*answer_words(document)), ""]
     parent = document.get("parent")
