@@ -128,15 +128,15 @@ def test_the_suite_takes_its_rounds_in_passes_and_records_them(tmp_path):
 
 def test_a_round_of_a_later_pass_with_other_tokens_fails_the_session_and_is_not_saved(
         tmp_path):
-    """The prefill case's reference is call 1, its first round call 2 and its counted round
-    call 3, all in the item; call 4 is its round of pass 2, after pytest reported the case
-    as passed."""
+    """The prefill case's reference is call 1, its first round call 2, its memory round call
+    3 and its counted round call 4, all in the item; call 5 is its round of pass 2, after
+    pytest reported the case as passed."""
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / "flip_later.py").write_text(FLIP_LATER)
     proc = run_pytest(REPO, *ARGS, "--rounds=4", "--passes=4",
                       f"--baseline-dir={tmp_path / 'runs'}", "-p", "flip_later",
                       f"{PREFILL}[in=32]", f"{DECODE}[ctx=16]",
-                      PYTHONPATH=str(tmp_path / "plugins"), FLIP_AT_CALL="4")
+                      PYTHONPATH=str(tmp_path / "plugins"), FLIP_AT_CALL="5")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "a case's later rounds (taken in passes) failed" in out

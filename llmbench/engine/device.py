@@ -7,6 +7,8 @@ they run on.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 import platform
 import resource
@@ -115,6 +117,32 @@ PROCESS_PEAK = "process_peak_memory_bytes"  # the process's peak so far: order-d
 ALLOCATED_NOW = "allocated_memory_bytes"  # MPS keeps no peak: allocated at the case's end
 
 
+def _find_malloc_trim():
+    """glibc's `malloc_trim`, or None where the C library has none (macOS, musl, Windows)."""
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except (OSError, TypeError):  # Windows: no handle for the process itself
+        return None
+
+
+_MALLOC_TRIM = _find_malloc_trim()
+
+
+def return_freed_memory() -> None:
+    """Collect Python's garbage and hand the C heap's free pages back to the kernel.
+
+    Memory a process has freed but the allocator kept stays resident. Whether it is there
+    when a case's window opens depends on what ran before and on the allocator's history,
+    so a resident high-water mark measured from such a start moved between processes of the
+    same code by far more than a round of a small model needs (figures:
+    docs/measurements/2026-12-06-memory-window.md). After this, what is resident is what is
+    in use, and a round's growth above it is what the round needs.
+    """
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
 def _status_bytes(field: str) -> int | None:
     """A `VmXXX:` line of /proc/self/status, in bytes; None where there is none."""
     try:
@@ -129,7 +157,8 @@ def _status_bytes(field: str) -> int | None:
 
 def reset_peak_memory(device: torch.device | str) -> int | None:
     """Start a new peak-memory window for the next case: the bytes in use as it starts, or
-    None where the device has no window (MPS; a CPU outside Linux)."""
+    None where the device has no window (MPS; a CPU outside Linux). On a CPU, freed memory
+    is handed back first (`return_freed_memory`), so the window starts from what is in use."""
     kind = torch.device(device).type
     if kind == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

@@ -1,13 +1,13 @@
 """Peak memory compared: a figure that can regress, with a threshold of its own.
 
-Each case records the peak memory of its own rounds above what was in use when they began
-(`extra_info["peak_memory_added_bytes"]`: the resident high-water mark, reset before the
-case, less the resident set at the reset on Linux CPUs; on CUDA the peak allocated less the
-allocated). That is what the case itself needs, whatever earlier cases left resident. Unlike
-time it hardly moves with the machine's load, so one stored pair can judge it: a case whose
-figure grew by more than the memory threshold (default 10%) and by more than `FLOOR_BYTES`
-(allocator noise, which reaches tens of MiB in the server cases) is "more memory", and
-fails the gate. Figures that are not a case's own (`process_peak_memory_bytes`, a
+Each case records the peak memory of one untimed round of its own above what was in use
+when it began (`extra_info["peak_memory_added_bytes"]`: on Linux CPUs the resident
+high-water mark, reset after freed memory was handed back, less the resident set at the
+reset; on CUDA the peak allocated less the allocated). That is what the case itself needs,
+whatever earlier cases left behind. Unlike time it hardly moves with the machine's load, so
+one stored pair can judge it: a case whose figure grew by more than the memory threshold
+(default 10%) and by more than `FLOOR_BYTES` (allocator noise) is "more memory", and fails
+the gate. Figures that are not a case's own (`process_peak_memory_bytes`, a
 never-reset mark that depends on which case ran before; MPS's `allocated_memory_bytes`),
 and runs saved before the figure was recorded (run format 1), are shown as not comparable,
 never judged.
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 DEFAULT_MEMORY_THRESHOLD = 0.10
-# Allocator noise alone moves a server case's added peak by tens of MiB between runs of one
-# commit (figures: docs/measurements/2026-12-02-stored-verdicts.md, runs F and G), so a
-# move must also exceed this.
+# Allocator noise alone moves a case's added peak by up to tens of MiB between processes of
+# one commit, with the window opened after freed memory is handed back (figures:
+# docs/measurements/2026-12-06-memory-window.md), so a move must also exceed this.
 FLOOR_BYTES = 128 << 20
 # The name `llmbench.engine.device` records the figure under (the gate imports no engine).
 PER_CASE = "peak_memory_added_bytes"
