@@ -5,9 +5,10 @@ never across runs that recorded another figure."""
 from __future__ import annotations
 
 import json
+import textwrap
 
 import pytest
-from gate_runs import make_run, quiet_history
+from gate_runs import make_run, quiet_history, run_pytest, suite_copy
 
 from llmbench import gate
 from llmbench.errors import Exit
@@ -96,3 +97,51 @@ def test_the_threshold_is_a_flag_of_compare(tmp_path, capsys):
     assert main(["compare", str(base), str(cand), "--memory-threshold", "20%",
                  "--format", "json"]) != Exit.REGRESSION
     assert json.loads(capsys.readouterr().out)["options"]["memory_threshold"] == 0.2
+
+
+# Every call to prefill also fills PLANT_MIB of fresh memory while it runs, then frees it.
+PLANT_PLUGIN = '''
+import os
+
+import numpy as np
+
+
+def pytest_collection_modifyitems(session, config, items):
+    module, size = items[0].module, int(os.environ["PLANT_MIB"]) << 20
+    real = module.prefill
+
+    def planted(*args, **kwargs):
+        block = np.ones(size, dtype=np.uint8)  # every page written: resident
+        out = real(*args, **kwargs)
+        del block
+        return out
+
+    module.prefill = planted
+'''
+PREFILL_32 = "benchmarks/test_prefill_decode.py::test_prefill[in=32]"
+
+
+@pytest.mark.slow
+def test_a_case_s_figure_is_what_its_round_needs_on_the_real_suite(tmp_path):
+    """The tiny model's prefill needs almost nothing above what is in use; with 300 MiB
+    planted in each call its figure holds them, and the gate finds more memory."""
+    copy = suite_copy(tmp_path / "suite")
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "plant_memory.py").write_text(textwrap.dedent(PLANT_PLUGIN))
+    args = ["--benchmark-only", "--model", "tiny", "--threads", "1", "--rounds", "3",
+            "-p", "no:cacheprovider", PREFILL_32]
+    figures = {}
+    for mib in (0, 300):
+        out = tmp_path / f"runs{mib}"
+        proc = run_pytest(copy, *args, f"--baseline-dir={out}", "-p", "plant_memory",
+                          PYTHONPATH=str(tmp_path / "plugins"), PLANT_MIB=str(mib))
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        (path,) = out.glob("*/*.json")
+        (bench,) = json.loads(path.read_text())["benchmarks"]
+        figures[mib] = (path, bench["extra_info"]["peak_memory_added_bytes"])
+    assert figures[0][1] < 64 * MIB
+    assert 290 * MIB <= figures[300][1] < 364 * MIB  # the kernel counts resident pages lazily
+    result = gate.compare_runs(run_from_json(json.loads(figures[0][0].read_text()), "plain"),
+                               run_from_json(json.loads(figures[300][0].read_text()), "planted"),
+                               history=quiet_history())
+    assert [(f.name, f.status) for f in result.memory] == [(PREFILL_32, MemoryStatus.MORE)]
