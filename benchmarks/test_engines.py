@@ -189,7 +189,7 @@ def test_engine(measure, engine_models, engine_work, bench_settings, configurati
         assert tokens == first_round[0], (
             f"{configuration} gave other greedy tokens than in its first round")
 
-    def agreement() -> dict:
+    def agreement(_rounds) -> dict:
         return {} if held_to_reference else {
             "agreement": token_agreement(reference, first_round[0]).to_json()}
 

@@ -9,6 +9,7 @@ server would decode slower than `llmbench serve` does in its own process."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -90,13 +91,12 @@ def test_server_concurrency(measure, load_config, server_tokenizer, bench_settin
     params = SamplingParams(max_new_tokens=num_tokens, ignore_eos=True)
     config = load_config(concurrency=concurrency, num_requests=concurrency)
     prompts = list(questions()[:concurrency])
-    results = []
 
     def level():
         release_thread_pool()  # this thread's pool would slow the in-process server's
         result = run_load(config, params, server_tokenizer, prompts)
-        results.append(result)
-        return _load_work(result, concurrency, num_tokens)
+        return replace(_load_work(result, concurrency, num_tokens), record=result)
 
     measure(level, expect=Work(None, concurrency * num_tokens), not_counted=SERVER_WORK,
-            concurrency=concurrency, summarize=lambda: _stream_summary(results))
+            concurrency=concurrency,
+            summarize=lambda rounds: _stream_summary([work.record for work in rounds]))

@@ -51,7 +51,8 @@ def paired_aa(count: int, out: Path) -> None:
         proc = subprocess.run([sys.executable, "-m", "llmbench", "ab", "HEAD", "--budget",
                                "240s", "--keep", str(keep), "--", *TINY], cwd=REPO,
                               capture_output=True, text=True)
-        print(f"A/A {i}: exit {proc.returncode}: {proc.stdout.strip().splitlines()[-1]}")
+        said = (proc.stdout.strip() or proc.stderr.strip() or "(nothing)").splitlines()[-1]
+        print(f"A/A {i}: exit {proc.returncode}: {said}")
     show(sorted(out.glob("*/*/*/*.json")))
 
 

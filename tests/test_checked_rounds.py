@@ -71,14 +71,15 @@ def test_the_unflipped_case_passes(suite, tmp_path, function):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
 
 
-def test_the_memory_round_is_checked_too(suite, tmp_path):
+@pytest.mark.parametrize("at_call", [6, 7])
+def test_the_untimed_rounds_are_checked_too(suite, tmp_path, at_call):
     """In one pass, prefill's calls are: the reference (1), the warm-up (2), the timed rounds
-    (3-5), then the untimed round whose peak memory is the case's (6): other tokens there
-    fail the case like a timed round's."""
+    (3-5), the untimed round whose peak memory is the case's (6), the counted round (7):
+    other tokens in either untimed round fail the case like a timed round's."""
     copy, plugins = suite
     proc = run_pytest(copy, *ARGS, "--passes", "1", f"--baseline-dir={tmp_path}", "-p",
                       "flip_tokens", CASES["prefill"], PYTHONPATH=str(plugins),
-                      FLIP_FUNCTION="prefill", FLIP_AT_CALL="6")
+                      FLIP_FUNCTION="prefill", FLIP_AT_CALL=str(at_call))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "the untimed reference" in out

@@ -7,8 +7,8 @@ by it, each case by its own amount: its rounds cannot see it. Taken in passes, o
 every case's rounds per pass, each case samples the whole run, and what is left of the
 machine's moves is the run's own level, shared by every case.
 
-How: a case times its first share when pytest runs it, with its checks, its counted work and
-its peak memory as before, and leaves the rest (`Deferred`) to the session's `Interleaver`.
+How: a case times its first share when pytest runs it, with its checks, its memory round
+and its counted work, and leaves the rest (`Deferred`) to the session's `Interleaver`.
 At the last case's teardown, while the session's fixtures (the warmed model, the live server)
 still stand, the interleaver runs the remaining passes, one share of each case in the order
 pytest ran them, then finishes each case: its disturbed rounds measured again, every round

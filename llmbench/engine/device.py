@@ -111,8 +111,8 @@ def sync(device: torch.device | str) -> None:
 _CLEAR_REFS = "/proc/self/clear_refs"
 _STATUS = "/proc/self/status"
 # The names each device's figures are recorded under: each says what its figure is.
-PER_CASE_PEAK = "peak_memory_bytes"  # the peak during the case's rounds (CUDA; CPU on Linux)
-PER_CASE_ADDED = "peak_memory_added_bytes"  # that peak above what was in use when they began
+PER_CASE_PEAK = "peak_memory_bytes"  # the peak in the case's window (CUDA; CPU on Linux)
+PER_CASE_ADDED = "peak_memory_added_bytes"  # that peak above what was in use as it opened
 PROCESS_PEAK = "process_peak_memory_bytes"  # the process's peak so far: order-dependent
 ALLOCATED_NOW = "allocated_memory_bytes"  # MPS keeps no peak: allocated at the case's end
 
@@ -164,6 +164,7 @@ def reset_peak_memory(device: torch.device | str) -> int | None:
         torch.cuda.reset_peak_memory_stats(device)
         return int(torch.cuda.memory_allocated(device))
     if kind == "cpu":
+        return_freed_memory()
         try:
             with open(_CLEAR_REFS, "w", encoding="ascii") as fh:
                 fh.write("5")
