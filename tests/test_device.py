@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from llmbench.engine import allocator
 from llmbench.engine import device as dev
 from llmbench.engine.config import EngineConfig
 from llmbench.errors import DeviceUnavailable, UserError
@@ -197,7 +198,7 @@ def test_without_a_window_the_cpu_figure_is_named_the_process_peak(monkeypatch):
     assert dev.peak_memory("cuda", 200) == {dev.PER_CASE_PEAK: 500, dev.PER_CASE_ADDED: 300}
 
 
-@pytest.mark.skipif(dev._MALLOC_TRIM is None or not os.path.exists("/proc/self/status"),
+@pytest.mark.skipif(not allocator.uses_glibc() or not os.path.exists("/proc/self/status"),
                     reason="glibc on Linux only")
 def test_freed_memory_is_handed_back_before_a_window_opens():
     """Freed heap memory the allocator kept stays resident, so a window opened over it would

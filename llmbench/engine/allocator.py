@@ -22,6 +22,7 @@ are left alone too: this is glibc's behaviour.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import platform
 
@@ -58,3 +59,19 @@ def steady_malloc_env(environ: dict[str, str]) -> dict[str, str]:
     if not uses_glibc() or any(name in environ for name in STEADY_MALLOC_ENV):
         return dict(environ)
     return {**environ, **STEADY_MALLOC_ENV}
+
+
+def return_freed_memory() -> None:
+    """Collect Python's garbage and hand the C heap's free pages back to the kernel
+    (glibc's `malloc_trim`; the trim threshold above keeps them otherwise).
+
+    Memory a process has freed but the allocator kept stays resident. Whether it is there
+    when a case's memory window opens depends on what ran before and on the allocator's
+    history, so a resident high-water mark measured from such a start moved between
+    processes of the same code by far more than a round of a small model needs (figures:
+    docs/measurements/2026-12-06-memory-window.md). After this, what is resident is what is
+    in use, and a round's growth above it is what the round needs.
+    """
+    gc.collect()
+    if uses_glibc():
+        ctypes.CDLL(None).malloc_trim(0)

@@ -7,8 +7,6 @@ they run on.
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import os
 import platform
 import resource
@@ -17,6 +15,7 @@ import sys
 import torch
 
 from llmbench.engine import cpu_features
+from llmbench.engine.allocator import return_freed_memory
 from llmbench.engine.config import DEVICES, DTYPES
 from llmbench.errors import DeviceUnavailable, UserError
 
@@ -115,32 +114,6 @@ PER_CASE_PEAK = "peak_memory_bytes"  # the peak in the case's window (CUDA; CPU 
 PER_CASE_ADDED = "peak_memory_added_bytes"  # that peak above what was in use as it opened
 PROCESS_PEAK = "process_peak_memory_bytes"  # the process's peak so far: order-dependent
 ALLOCATED_NOW = "allocated_memory_bytes"  # MPS keeps no peak: allocated at the case's end
-
-
-def _find_malloc_trim():
-    """glibc's `malloc_trim`, or None where the C library has none (macOS, musl, Windows)."""
-    try:
-        return getattr(ctypes.CDLL(None), "malloc_trim", None)
-    except (OSError, TypeError):  # Windows: no handle for the process itself
-        return None
-
-
-_MALLOC_TRIM = _find_malloc_trim()
-
-
-def return_freed_memory() -> None:
-    """Collect Python's garbage and hand the C heap's free pages back to the kernel.
-
-    Memory a process has freed but the allocator kept stays resident. Whether it is there
-    when a case's window opens depends on what ran before and on the allocator's history,
-    so a resident high-water mark measured from such a start moved between processes of the
-    same code by far more than a round of a small model needs (figures:
-    docs/measurements/2026-12-06-memory-window.md). After this, what is resident is what is
-    in use, and a round's growth above it is what the round needs.
-    """
-    gc.collect()
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 def _status_bytes(field: str) -> int | None:

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from enum import Enum
 
 DEFAULT_MEMORY_THRESHOLD = 0.10
-# Allocator noise alone moves a case's added peak between processes of one commit: by tens
-# of MiB in the server cases when the window opened over whatever earlier rounds left
-# resident (docs/measurements/2026-12-02-stored-verdicts.md, runs F and G), and by far less
-# since it opens after freed memory is handed back (docs/measurements/
-# 2026-12-06-memory-window.md). A move must also exceed this.
+# Allocator noise alone moves a case's added peak between processes of one commit (figures:
+# docs/measurements/2026-12-02-stored-verdicts.md, runs F and G, from before the window
+# opened after freed memory is handed back; docs/measurements/2026-12-06-memory-window.md
+# after), so a move must also exceed this.
 FLOOR_BYTES = 128 << 20
 # The name `llmbench.engine.device` records the figure under (the gate imports no engine).
 PER_CASE = "peak_memory_added_bytes"
