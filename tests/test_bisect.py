@@ -28,13 +28,13 @@ from llmbench.ab.bisect import (
     UNDECIDED,
     Bisection,
     bisect,
-    culprit_step,
     outcome_of,
     steps_expected,
 )
 from llmbench.cli.bisect import _environment_args
 from llmbench.errors import Exit, UserError
 from llmbench.gate.stats import Comparison, Verdict
+from llmbench.history.bisection import culprit_step
 
 BROKEN = "raise ImportError('this commit breaks the import')\n"
 
@@ -70,16 +70,17 @@ def test_the_commit_that_doubled_the_time_is_found_and_a_rerun_reuses_every_step
     shas = _history(repo, ["SPEED = 1.0\n"] * 10 + ["SPEED = 2.0\n"] * 6)  # 16 commits
     code, out, err = _bisect([good, "HEAD", "--budget", "10m"], capsys)
     assert code == Exit.OK, err
-    assert out.startswith(f"the first slower commit: {shas[10][:8]} 'change 11'")
+    assert out.startswith(f"the first slower commit: {shas[10][:8]} change 11\n")
     saved_at = Path(f"bisect-{good[:8]}-{shas[-1][:8]}.json")
     saved = Bisection.from_dict(json.loads(saved_at.read_text()))
     assert saved.answer == FOUND and saved.culprit == shas[10]
     assert len(saved.steps) <= math.log2(16) + 2
     assert saved.steps[0].outcome == SLOWER and saved.steps[0].commit == shas[-1]
-    last = culprit_step(saved)
-    assert (last.baseline, last.commit, last.outcome) == (shas[9], shas[10], SLOWER)
-    assert 1.6 < last.benchmarks[0]["ratio"] < 2.5
-    assert "against its parent: " in out and "test_speed regression x" in out
+    last = culprit_step(saved.to_dict())
+    assert (last["baseline"], last["commit"], last["outcome"]) == (shas[9], shas[10], SLOWER)
+    assert 1.6 < last["benchmarks"][0]["ratio"] < 2.5
+    assert f"against its parent: {shas[10][:8]} change 11 against {shas[9][:8]} change 10: " \
+        "SLOWER (" in out and "test_speed: regression x" in out
     # The same command again measures nothing: every verdict is reused.
     code, again, err = _bisect([good, "HEAD", "--budget", "10m"], capsys)
     assert code == Exit.OK and again.splitlines()[0] == out.splitlines()[0]
@@ -316,7 +317,7 @@ def test_a_slow_merge_is_the_culprit_along_first_parents_its_commit_with_all_par
     every, _ = bisect(good, "HEAD", budget_s=600, output=tmp_path / "all.json",
                       all_parents=True)
     assert every.answer == FOUND and every.culprit == slow and len(every.commits) == 6
-    assert culprit_step(every).baseline == git(repo, "rev-parse", f"{slow}^").strip()
+    assert culprit_step(every.to_dict())["baseline"] == git(repo, "rev-parse", f"{slow}^").strip()
     with pytest.raises(UserError, match="--all-parents"):
         bisect(git(repo, "rev-parse", "side~1").strip(), "HEAD", budget_s=60,
                output=tmp_path / "side.json")

@@ -19,6 +19,7 @@ from gate_runs import make_run, write_run
 from llmbench.dashboard import build_site
 from llmbench.dashboard.site import MARKER
 from llmbench.errors import Exit, UserError
+from llmbench.history import bisection
 from llmbench.runs.model import FORMAT_VERSION
 
 ENV = "tiny-cpu-float32"
@@ -488,6 +489,7 @@ def test_a_change_point_offers_its_bisect_and_links_the_bisection_of_its_commit(
     bisect_page = tmp_path / "site" / "bisect" / "bisect-aaaaaaaa-cccccccc.html"
     text, _ = read_page(bisect_page)
     assert "Against its parent aaaaaaaa (GOOD) before: slower" in text
+    assert bisection.answer_line(_bisection("b" * 40), quote="") in text  # the CLI's words
     assert (bisect_page.parent / "bisect-aaaaaaaa-cccccccc.png").read_bytes()[:4] == b"\x89PNG"
     index, links = read_page(tmp_path / "site" / "index.html")
     assert "bisect/bisect-aaaaaaaa-cccccccc.html" in links

@@ -35,24 +35,24 @@ from typing import TextIO
 
 from llmbench import runs
 from llmbench.ab.checkout import ABError, git, repo_root, resolve_rev
-from llmbench.ab.outcomes import NOT_SLOWER, SKIPPED, SLOWER, UNDECIDED
 from llmbench.ab.run import BudgetSpent, run_ab
 from llmbench.ab.work_steps import work_judge
 from llmbench.errors import UserError
 from llmbench.gate.compare import GateOptions, GateResult
 from llmbench.gate.stats import Verdict
-from llmbench.gate.work import WorkStatus
+from llmbench.history import bisection as words
+from llmbench.history.bisection import (
+    FOUND,
+    NARROWED,
+    NONE_SLOWER,
+    NOT_SLOWER,
+    SKIPPED,
+    SLOWER,
+    STOPPED,
+    UNDECIDED,
+)
 
-# How a bisection ended.
-FOUND = "found"  # one commit, measured against its parent
-NONE_SLOWER = "none slower"  # BAD is not slower than GOOD beyond the threshold
-NARROWED = "narrowed"  # to a range only skipped commits keep open
-STOPPED = "stopped"  # a step undecided, or the budget spent: the range reached so far
 CLEARED = {Verdict.UNCHANGED, Verdict.IMPROVEMENT, Verdict.NOT_SLOWER}
-# A benchmark verdict that makes a step slower: a timed regression, or more counted work.
-WORSE = (Verdict.REGRESSION.value, WorkStatus.MORE.value)
-# What the outcomes and the answer are called when counted work is bisected (`--work`).
-WORK_WORDS = {SLOWER: "more work", NOT_SLOWER: "no more work"}
 
 
 @dataclass(frozen=True)
@@ -77,28 +77,7 @@ class Step:
     @property
     def slower(self) -> tuple[str, ...]:
         """The benchmarks this step found slower (or doing more work)."""
-        return tuple(b["name"] for b in self.benchmarks if b["verdict"] in WORSE)
-
-    def line(self, name: Callable[[str], str]) -> str:
-        """The step in a line: what against what, the outcome, and the benchmarks that
-        decided it."""
-        outcome = WORK_WORDS.get(self.outcome, self.outcome) if self.kind == "work" else (
-            self.outcome)
-        head = (f"{name(self.commit)} against {name(self.baseline)}: {outcome.upper()} "
-                f"({self.seconds:.0f} s)")
-        if self.outcome == SKIPPED or (self.reason and not self.benchmarks):
-            return f"{head}: {self.reason}"
-        shown = [b for b in self.benchmarks if b["name"] in self.slower] or list(
-            self.benchmarks)
-        return head + "; " + "; ".join(map(_benchmark_words, shown[:4])) + (
-            f"; and {len(shown) - 4} more" if len(shown) > 4 else "")
-
-
-def _benchmark_words(b: dict) -> str:
-    if "ratio" in b:
-        return (f"{b['label']} {b['verdict']} x{b['ratio']:.3f} [{b['ci_low']:.3f}, "
-                f"{b['ci_high']:.3f}]")
-    return f"{b['label']} {b['verdict']}: {b['summary']}"
+        return words.slower_benchmarks(dataclasses.asdict(self))
 
 
 @dataclass
@@ -123,10 +102,16 @@ class Bisection:
     counts: dict[str, dict] = field(default_factory=dict)  # work: each commit's counts
     all_parents: bool = False  # every commit of the range, not only the first-parent line
 
+    def _named(self) -> dict:
+        """What naming a commit or a step needs of the saved document."""
+        return {"good": self.good, "bad": self.bad, "subjects": self.subjects,
+                "kind": self.kind}
+
     def name(self, sha: str) -> str:
-        label = "GOOD" if sha == self.good else "BAD" if sha == self.bad else None
-        subject = self.subjects.get(sha, "")
-        return f"{sha[:8]}{f' ({label})' if label else ''} {subject!r}".rstrip()
+        return words.commit_name(self._named(), sha, quote="")
+
+    def step_line(self, step: Step) -> str:
+        return words.step_line(self._named(), dataclasses.asdict(step))
 
     def find(self, baseline: str, commit: str, watched: tuple[str, ...],
              decided_only: bool = True) -> Step | None:
@@ -147,29 +132,6 @@ class Bisection:
         return cls(**{**saved, "commits": tuple(saved["commits"]),
                       "skipped": tuple(saved["skipped"]), "watched": tuple(saved["watched"]),
                       "steps": [Step.from_dict(s) for s in saved["steps"]]})
-
-    def answer_line(self) -> str:
-        work = self.kind == "work"
-        first = "the first commit doing more work" if work else "the first slower commit"
-        if self.answer == FOUND:
-            return f"{first}: {self.name(self.culprit)}"
-        if self.answer == NONE_SLOWER:
-            if work:
-                return ("no commit in this range does more work beyond the work threshold: "
-                        f"{self.name(self.bad)} does no more than {self.name(self.good)}")
-            return ("no commit in this range is slower beyond the threshold: "
-                    f"{self.name(self.bad)} is not slower than {self.name(self.good)}")
-        where = (f"{first} lies from {self.name(self.first_possible)} to "
-                 f"{self.name(self.last_possible)}")
-        if self.answer == NARROWED:
-            return f"{where}; the commits between could not be measured"
-        return f"{where}: {self.reason}"
-
-    def skipped_line(self) -> str | None:
-        if not self.skipped:
-            return None
-        return ("skipped, as they could not be measured: "
-                + ", ".join(self.name(sha) for sha in self.skipped))
 
 
 def default_output(good: str, bad: str, work: bool = False) -> Path:
@@ -303,7 +265,7 @@ class _Stepper:
              ) -> Step:
         b = self.bisection
         if (saved := b.find(baseline, commit, watched)) is not None:
-            self.say(f"measured before: {saved.line(b.name)}")
+            self.say(f"measured before: {b.step_line(saved)}")
             return saved
         share = self.left_s / max(expected, 1)
         on = (f"the {len(watched)} benchmark(s) BAD made worse" if watched
@@ -323,7 +285,7 @@ class _Stepper:
                     reason, b.kind)
         b.steps.append(step)
         _save(b, self.output)
-        self.say(step.line(b.name))
+        self.say(b.step_line(step))
         return step
 
 
@@ -439,10 +401,3 @@ def _stop(b: Bisection, open_: set[str], slower: str, reason: str,
     b.answer, b.reason = STOPPED, reason
     b.skipped = tuple(sorted(skipped, key=order.get))
     b.first_possible, b.last_possible = min(open_, key=order.get), slower
-
-
-def culprit_step(b: Bisection) -> Step | None:
-    """The culprit against its parent, once found and measured."""
-    if b.culprit is None or b.parent is None:
-        return None
-    return b.find(b.parent, b.culprit, b.watched, decided_only=False)

@@ -18,8 +18,8 @@ from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 
 from llmbench.ab.checkout import ABError, Checkout, check_imports, side_env, worktree
-from llmbench.ab.outcomes import NOT_SLOWER, SKIPPED, SLOWER
 from llmbench.gate.work import WorkStatus, judge_work
+from llmbench.history.bisection import NOT_SLOWER, SKIPPED, SLOWER
 
 # One round per case is enough: the counts come from an untimed round of their own.
 COUNT_ARGS = ("--benchmark-only", "--rounds=1", "--warmup-rounds=0", "--no-save", "-q",

@@ -87,23 +87,20 @@ def _known(output: Path) -> str:
     """What the steps saved so far say of where the culprit lies, as a clause."""
     import json
 
-    from llmbench.ab.bisect import Bisection
+    from llmbench.history import bisection
 
     try:
-        saved = Bisection.from_dict(json.loads(output.read_text("utf-8")))
-    except (OSError, ValueError, TypeError, KeyError):
+        known = bisection.range_words(json.loads(output.read_text("utf-8")), quote="")
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return ""
-    if saved.first_possible is None:
-        return ""
-    first = "commit doing more work" if saved.kind == "work" else "slower commit"
-    return (f"so far the first {first} lies from {saved.name(saved.first_possible)} to "
-            f"{saved.name(saved.last_possible)}; ")
+    return f"so far {known}; " if known else ""
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from llmbench import ab
     from llmbench.ab import bisect
     from llmbench.gate.options import gate_options
+    from llmbench.history import bisection as words
 
     if (args.change_point is None) == (args.good is None or args.bad is None) or (
             args.change_point is not None and (args.good or args.bad)):
@@ -127,18 +124,19 @@ def cmd_bisect(args: argparse.Namespace) -> int:
               f"so far is saved in {args.output_used}. To go on: {_again(args)}",
               file=sys.stderr)
         raise
-    print(found.answer_line())
-    if (step := bisect.culprit_step(found)) is not None:
-        print(f"  against its parent: {step.line(found.name)}")
-    elif found.answer == bisect.FOUND and found.reason:
+    saved = found.to_dict()
+    print(words.answer_line(saved, quote=""))
+    if (step := words.culprit_step(saved)) is not None:
+        print(f"  against its parent: {words.step_line(saved, step)}")
+    elif found.answer == words.FOUND and found.reason:
         print(f"  not paired with its parent: {found.reason}")
-    if (skipped := found.skipped_line()) is not None:
+    if (skipped := words.skipped_words(saved, quote="")) is not None:
         print(f"  {skipped}")
     print(f"{len(found.steps)} step(s), {sum(s.seconds for s in found.steps):.0f} s measured; "
           f"saved in {output}")
-    if found.answer in (bisect.FOUND, bisect.NONE_SLOWER):
+    if found.answer in (words.FOUND, words.NONE_SLOWER):
         return Exit.OK
-    if found.answer == bisect.STOPPED:
+    if found.answer == words.STOPPED:
         print(f"to go on with more time: {_again(args)}", file=sys.stderr)
     return Exit.REGRESSION
 

@@ -17,7 +17,8 @@ BASELINE = "--baseline B.json|latest"
 
 def cmd_report(args: argparse.Namespace) -> int:
     # matplotlib loads only when a report is asked for
-    from llmbench.report.bisect_report import is_bisection, write_bisect_report
+    from llmbench.history.bisection import is_bisection
+    from llmbench.report.bisect_report import write_bisect_report
     from llmbench.report.load_report import is_load_run, write_load_report
     from llmbench.report.write import json_document, latest_baseline, write_report
 

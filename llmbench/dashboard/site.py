@@ -129,7 +129,8 @@ def _write_abs(out: Path, folders: Sequence[Path]) -> list[dict]:
 def _write_bisections(out: Path, files: Sequence[Path], command: str) -> list[dict]:
     """A page per saved bisection (`llmbench bisect`), in out/bisect/; for the index and
     the change points, each one's answer and the commits it covered."""
-    from llmbench.report import bisect_report as words  # matplotlib's Agg: only here
+    from llmbench.history import bisection as words
+    from llmbench.report.bisect_report import draw  # matplotlib's Agg: only here
     from llmbench.report.write import json_document
 
     names = collect.Names()
@@ -143,15 +144,15 @@ def _write_bisections(out: Path, files: Sequence[Path], command: str) -> list[di
             continue
         folder = out / "bisect"
         folder.mkdir(exist_ok=True)
-        figure = f"{slug}.png" if words.draw(document, folder / f"{slug}.png") else None
-        answer, more = words.answer_words(document, quote="")
-        last = words.culprit_step(document)
+        figure = f"{slug}.png" if draw(document, folder / f"{slug}.png") else None
+        answer, _ = words.answer_words(document, quote="")
         _write(folder / f"{slug}.html", pages.render(
             "bisect", title=f"Bisect {path.name}", doc=document, source=str(path),
-            answer=answer + (f": {more}" if more else ""), last=last, figure=figure,
+            answer=words.answer_line(document, quote=""), last=words.culprit_step(document),
+            skipped=words.skipped_words(document, quote=""), figure=figure,
             name=lambda sha, d=document: words.commit_name(d, sha, quote=""),
             outcome=lambda step, d=document: words.outcome_words(d, step),
-            benchmarks=words.benchmark_words, command=command))
+            benchmarks=words.step_benchmarks, command=command))
         views.append({"file": path, "slug": slug, "problem": "", "answer": answer,
                       "commits": tuple(document["commits"])})
     return views

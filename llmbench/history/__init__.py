@@ -1,5 +1,6 @@
 """History: every saved run of one environment, its change points and the newest run's
-verdict (`llmbench history`).
+verdict (`llmbench history`); from a change point, the range `llmbench bisect` searches
+(`bisect_range`), and a saved bisection in words (`bisection`).
 
 May import: `llmbench.runs`, `llmbench.gate` (thresholds, table formatting), `llmbench.errors`.
 """

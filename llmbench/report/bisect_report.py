@@ -18,73 +18,18 @@ from matplotlib.figure import Figure
 
 from llmbench import runs
 from llmbench.gate.render import markdown_table
+from llmbench.history.bisection import (
+    answer_words,
+    commit_name,
+    culprit_step,
+    outcome_words,
+    skipped_words,
+    step_benchmarks,
+)
 from llmbench.report.write import report_path, writing_into
 
 FIGURE = "bisect.png"
 DPI = 110
-# The saved bisection's outcome names (llmbench.ab.outcomes), as this report shows them.
-SLOWER, SKIPPED = "slower", "skipped"
-WORK_WORDS = {"slower": "more work", "not slower": "no more work"}
-
-
-def is_bisection(document: object) -> bool:
-    return isinstance(document, dict) and {"good", "bad", "commits", "steps"} <= set(document)
-
-
-def commit_name(document: dict, sha: str | None, quote: str = "`") -> str:
-    """A commit as a reader knows it: its short id (in `quote`s), GOOD or BAD, its subject."""
-    if sha is None:
-        return "–"
-    label = " (GOOD)" if sha == document["good"] else " (BAD)" if sha == document["bad"] else ""
-    return f"{quote}{sha[:8]}{quote}{label} {document['subjects'].get(sha, '')}".rstrip()
-
-
-def outcome_words(document: dict, step: dict) -> str:
-    words = WORK_WORDS if document.get("kind") == "work" else {}
-    return words.get(step["outcome"], step["outcome"])
-
-
-def benchmark_words(step: dict) -> str:
-    if step["outcome"] == SKIPPED or not step["benchmarks"]:
-        return step.get("reason") or "–"
-    parts = []
-    for b in step["benchmarks"]:
-        if "ratio" in b:
-            parts.append(f"{b['label']}: {b['verdict']} x{b['ratio']:.3f} "
-                         f"[{b['ci_low']:.3f}, {b['ci_high']:.3f}]")
-        else:
-            parts.append(f"{b['label']}: {b['verdict']} ({b['summary']})")
-    return "; ".join(parts)
-
-
-def answer_words(document: dict, quote: str = "`") -> tuple[str, str]:
-    """(the answer, what follows it): the culprit, no commit worse, or the range reached
-    and why it stopped there."""
-    def name(sha: str | None) -> str:
-        return commit_name(document, sha, quote)
-
-    work = document.get("kind") == "work"
-    first = "the first commit doing more work" if work else "the first slower commit"
-    answer = document.get("answer")
-    if answer == "found":
-        return f"{first}: {name(document['culprit'])}", ""
-    if answer == "none slower":
-        return (f"no commit in this range is {'doing more work' if work else 'slower'} "
-                "beyond the threshold"), ""
-    if answer is None:
-        return "not finished", "interrupted: run the same command again to go on"
-    return (f"{first} lies from {name(document['first_possible'])} to "
-            f"{name(document['last_possible'])}",
-            document.get("reason") or "only skipped commits keep the range open")
-
-
-def culprit_step(document: dict) -> dict | None:
-    """The step that paired the culprit with its parent, when there was one."""
-    pair = (document.get("parent"), document.get("culprit"))
-    if None in pair:
-        return None
-    return next((s for s in reversed(document["steps"])
-                 if (s["baseline"], s["commit"]) == pair), None)
 
 
 def _bold(answer: str, more: str) -> str:
@@ -102,12 +47,11 @@ def render(document: dict, figure: str | None) -> str:
     parent = document.get("parent")
     if (last := culprit_step(document)) is not None:
         lines += [f"Against its parent {commit_name(document, parent)}: "
-                  f"{outcome_words(document, last)}; {benchmark_words(last)}", ""]
-    if document.get("skipped"):
-        lines += ["Skipped (could not be measured): "
-                  + ", ".join(commit_name(document, s) for s in document["skipped"]), ""]
+                  f"{outcome_words(document, last)}; {step_benchmarks(last)}", ""]
+    if (skipped := skipped_words(document)) is not None:
+        lines += [skipped, ""]
     rows = [[str(number), commit_name(document, s["commit"]), commit_name(document, s["baseline"]),
-             outcome_words(document, s), f"{s['seconds']:.0f} s", benchmark_words(s)]
+             outcome_words(document, s), f"{s['seconds']:.0f} s", step_benchmarks(s)]
             for number, s in enumerate(document["steps"], 1)]
     lines += ["## Steps", "", *markdown_table(
         ["step", "commit", "against", "outcome", "time", "benchmarks"], rows, "><<<><"), ""]
