@@ -95,6 +95,15 @@ def tiny_lm() -> LoadedModel:
     return load_model(EngineConfig(model="tiny", device="cpu"))
 
 
+@pytest.fixture(scope="module")
+def tiny_server(tiny_lm: LoadedModel):
+    """A real uvicorn server for the tiny model on a free loopback port: its URL."""
+    from llmbench.serve.app import ServerSettings, create_app, running_server
+
+    with running_server(create_app(tiny_lm, ServerSettings(max_new_tokens_cap=64))) as url:
+        yield url
+
+
 @pytest.fixture(scope="session")
 def smollm2_lm() -> LoadedModel:
     """The real SmolLM2-135M-Instruct weights (de-quantized once into ~/.cache/llmbench)."""

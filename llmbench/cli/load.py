@@ -130,6 +130,11 @@ def register(subparsers) -> None:
     load.add_argument("--workers", type=positive_int, default=c("workers"), metavar="N",
                       help="open loop: spread each level's schedule over N client processes, "
                            "for rates one cannot keep (see --max-lag). Default: 1")
+    load.add_argument("--ray", metavar="ADDRESS", default=None,
+                      help="open loop: run the --workers as actors of the Ray cluster at "
+                           "ADDRESS (auto, HOST:PORT or ray://HOST:PORT), spread over its "
+                           "machines, for rates one machine cannot keep; needs "
+                           "'llmbench[cluster]' on every machine")
     load.add_argument("--max-lag", type=positive_number, default=c("max_lag_s") * 1e3,
                       metavar="MS", help="open loop: the client's p99 lag behind its "
                                          "schedule beyond which a level is reported as the "
@@ -247,6 +252,7 @@ def cmd_load(args: argparse.Namespace) -> int:
                       chat=not args.no_chat, model=args.model, timeout_s=args.timeout,
                       duration_s=args.duration, warmup=args.warmup, cooldown=args.cooldown,
                       max_lag_s=args.max_lag / 1e3, workers=args.workers,
+                      ray_address=args.ray,
                       think_s=args.think_time / 1e3,
                       arrivals=arrivals((args.rate or [1.0])[0]) if open_loop else None)
     for rate in (args.rate or []):
@@ -261,6 +267,10 @@ def cmd_load(args: argparse.Namespace) -> int:
         seed=_seed(args))
     if workload.turns is None and args.think_time:
         raise UserError("--think-time is the pause between a session's turns: add --turns")
+    if args.ray is not None:  # a cluster that cannot be joined, before any request
+        from llmbench.load import cluster
+
+        cluster.join(args.ray)
     params = sampling_params(args)
     tokenizer = load_tokenizer(args.model)
     requests = (questions() if workload.is_default

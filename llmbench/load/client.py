@@ -30,6 +30,7 @@ from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from llmbench.engine.config import SamplingParams
 from llmbench.errors import UserError
+from llmbench.load.cluster import spread_over_ray
 from llmbench.load.config import (
     BAD_STREAM,
     CONNECTION_ERROR,
@@ -418,8 +419,9 @@ def run_load(config: LoadConfig, params: SamplingParams, tokenizer,
     judge the measured requests."""
     if not prompts:
         raise UserError("the load generator needs at least one prompt")
-    if config.workers > 1:
-        parts = send_spread(_send, config, params, prompts, progress)
+    if config.workers > 1 or config.ray_address is not None:
+        spread = send_spread if config.ray_address is None else spread_over_ray
+        parts = spread(_send, config, params, prompts, progress)
         sent = Sent({i: o for part in parts for i, o in part.outcomes.items()},
                     {i: t for part in parts for i, t in part.begun.items()},
                     max(part.duration_s for part in parts))

@@ -42,6 +42,7 @@ class LoadConfig:
     cooldown: int = 0
     max_lag_s: float = 0.010  # open loop: a p99 lag beyond it means the client fell behind
     workers: int = 1  # open loop: client processes the schedule is spread over
+    ray_address: str | None = None  # open loop: the workers are a Ray cluster's actors
     think_s: float = 0.0  # multi-turn: from an answer's end to the session's next turn
 
     def __post_init__(self) -> None:
@@ -60,6 +61,9 @@ class LoadConfig:
         if self.workers < 1 or (self.workers > 1 and self.arrivals is None):
             raise UserError("--workers spreads an open-loop schedule over processes: add "
                             "--rate, or drop --workers")
+        if self.ray_address is not None and self.arrivals is None:
+            raise UserError("--ray spreads an open-loop schedule over a cluster's machines: "
+                            "add --rate, or drop --ray")
         if not 0 <= self.think_s < float("inf"):
             raise UserError("--think-time must be zero or positive milliseconds")
         if not self.max_lag_s > 0:
