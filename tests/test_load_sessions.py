@@ -123,6 +123,10 @@ def test_turns_follow_their_answers_with_the_conversation_on_the_schedule(lm):
             # Due the think time after the previous answer ended, and sent then.
             assert turn.scheduled_s >= before.sent_s + before.latency_s + 0.03 - 1e-3
             assert turn.lag_s > -1e-3
+    # Only the scheduled first turns say whether the client kept the schedule, and the
+    # rate offered counts every turn: three requests per session begun.
+    assert len(result.lag_s) == 4
+    assert result.offered_rate == pytest.approx(3 / (starts[-1] - starts[0]) * 3)
     # Each turn resent the conversation: earlier messages with the answers received.
     bodies = {body["messages"][-1]["content"]: body for _, _, body in recorder.seen}
     assert [m["content"] for m in bodies["s2 t2"]["messages"]] == [

@@ -231,8 +231,10 @@ class LoadResult:
 
     @property
     def lag_s(self) -> list[float]:
-        """The client's delay behind its schedule, for every request it sent."""
-        return [s.lag_s for s in self.samples if s.lag_s is not None]
+        """The client's delay behind its schedule, for every request the schedule timed: a
+        session's later turns are due when its previous answer ends, so their lag, near 0,
+        would dilute the percentile that says whether the client kept the schedule."""
+        return [s.lag_s for s in self.samples if s.lag_s is not None and not s.turn]
 
     @property
     def serving_overhead(self) -> float | None:
@@ -282,11 +284,13 @@ class LoadResult:
     @property
     def offered_rate(self) -> float | None:
         """Open loop: the measured requests' rate as scheduled (the rate asked for, as this
-        seed drew it)."""
-        due = sorted(s.scheduled_s for s in self.measured if s.scheduled_s is not None)
+        seed drew it). With multi-turn sessions only first turns are scheduled: their rate,
+        times the measured requests per measured first turn."""
+        first = [s for s in self.measured if s.scheduled_s is not None and not s.turn]
+        due = sorted(s.scheduled_s for s in first)
         if len(due) < 2 or due[-1] <= due[0]:
             return None
-        return (len(due) - 1) / (due[-1] - due[0])
+        return (len(due) - 1) / (due[-1] - due[0]) * (len(self.measured) / len(first))
 
     @property
     def client_kept_schedule(self) -> bool:
