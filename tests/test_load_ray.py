@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,25 +41,53 @@ def _ray_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "ray.scripts.scripts"]
 
 
+PORT_FLAGS = ("--port", "--node-manager-port",
+              "--object-manager-port", "--dashboard-agent-listen-port",
+              "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port")
+STARTED = "block forever"  # what `ray start --block` prints once the head is up
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    """A Ray head on loopback with two CPUs: room for two load workers. Session-scoped:
-    xdist may run other modules' tests between these, and a cluster is slow to start."""
-    port = _free_port()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    """A Ray head on loopback with two CPUs: room for two load workers. It runs as
+    `ray start --block` in a process group of its own, on free ports, and is ended by
+    ending that group: `ray stop` would end every Ray cluster of this user on the machine.
+    Session-scoped: xdist may run other modules' tests between these, and a cluster is slow
+    to start."""
     temp = tmp_path_factory.mktemp("ray")
-    start = subprocess.run(
-        [*_ray_command(), "start", "--head", "--node-ip-address=127.0.0.1",
-         f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
-         "--object-store-memory=100000000", f"--temp-dir={temp}", "--disable-usage-stats"],
-        env=env, capture_output=True, text=True, timeout=180)
-    assert start.returncode == 0, start.stdout + start.stderr
+    ports = {flag: _free_port() for flag in PORT_FLAGS}
+    log = temp / "head.log"
+    with log.open("w") as out:
+        head = subprocess.Popen(
+            [*_ray_command(), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+             *(f"{flag}={port}" for flag, port in ports.items()), "--num-cpus=2",
+             "--include-dashboard=false", "--object-store-memory=100000000",
+             f"--temp-dir={temp}", "--disable-usage-stats"],
+            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        yield f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while STARTED not in log.read_text(errors="replace"):
+            assert head.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        yield f"127.0.0.1:{ports['--port']}"
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        subprocess.run([*_ray_command(), "stop"], env=env, capture_output=True, timeout=120)
+        _end_group(head)
+
+
+def _end_group(process: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def test_the_cluster_sends_one_schedule_from_one_moment(cluster, tiny_server, tiny_lm):

@@ -7,7 +7,8 @@ its own module name) and `run`
 measured: `llmbench.gate.compare_paired`.
 
 May import: `llmbench.gate`, `llmbench.runs`, `llmbench.engine` (a side's allocator settings
-and the device's default threshold), `llmbench.errors`.
+and the device's default threshold), `llmbench.history` (a bisection's words),
+`llmbench.errors`.
 """
 
 from llmbench.ab.checkout import (

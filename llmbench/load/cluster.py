@@ -37,7 +37,10 @@ class LoadActor:
     """One load worker on a machine of the cluster (made a Ray actor by `spread_over_ray`)."""
 
     def where(self) -> str:
-        """The machine this worker runs on."""
+        """The machine this worker runs on. Asked before the start is named, so the
+        client's imports (httpx, numpy, scipy) are done by then, not inside the head start."""
+        import llmbench.load.client  # noqa: F401
+
         return socket.gethostname()
 
     def send(self, send: Callable, config, params, prompts: Sequence,
@@ -45,6 +48,12 @@ class LoadActor:
         # The shared moment in this machine's monotonic clock, which the sender times by.
         origin = time.monotonic() + (origin_wall - time.time())
         return asyncio.run(send(config, params, prompts, None, share, origin))
+
+
+def _last_line(exc: BaseException) -> str:
+    """A Ray error's last line: the remote exception, without Ray's traceback."""
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else type(exc).__name__
 
 
 def _ray():
@@ -105,6 +114,9 @@ def spread_over_ray(send: Callable, config, params, prompts: Sequence,
             raise UserError(f"the cluster did not start {workers} load worker(s) within "
                             f"{READY_TIMEOUT_S:.0f} s: does it have {workers} free CPUs?"
                             ) from None
+        except ray.exceptions.RayError as exc:  # llmbench missing on a machine, one lost
+            raise UserError(f"a load worker could not start on the cluster: {_last_line(exc)}"
+                            ) from None
         origin_wall = time.time() + START_AHEAD_S
         pending = {a.send.remote(send, config, params, list(prompts), (w, workers),
                                  origin_wall): w
@@ -116,9 +128,8 @@ def spread_over_ray(send: Callable, config, params, prompts: Sequence,
             try:
                 parts[worker] = part = ray.get(done[0])
             except ray.exceptions.RayError as exc:
-                cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc)
-                raise UserError(f"load worker {worker} failed on the cluster: {cause}"
-                                ) from None
+                raise UserError(f"load worker {worker} failed on the cluster: "
+                                f"{_last_line(exc)}") from None
             if progress is not None:
                 for _ in part.outcomes:
                     progress()
