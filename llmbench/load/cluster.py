@@ -36,11 +36,11 @@ INSTALL_HINT = "pip install 'llmbench[cluster]'"
 class LoadActor:
     """One load worker on a machine of the cluster (made a Ray actor by `spread_over_ray`)."""
 
-    def where(self) -> str:
-        """The machine this worker runs on. Asked before the start is named, so the
-        client's imports (httpx, numpy, scipy) are done by then, not inside the head start."""
-        import llmbench.load.client  # noqa: F401
-
+    def where(self, send: Callable) -> str:
+        """The machine this worker runs on. Asked before the start is named, with the
+        sender: unpickling it imports the client's module (httpx, numpy, scipy) here and
+        now, not inside the head start."""
+        del send
         return socket.gethostname()
 
     def send(self, send: Callable, config, params, prompts: Sequence,
@@ -109,7 +109,7 @@ def spread_over_ray(send: Callable, config, params, prompts: Sequence,
     actors = [remote.options(scheduling_strategy="SPREAD").remote() for _ in range(workers)]
     try:
         try:
-            ray.get([a.where.remote() for a in actors], timeout=READY_TIMEOUT_S)
+            ray.get([a.where.remote(send) for a in actors], timeout=READY_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
             raise UserError(f"the cluster did not start {workers} load worker(s) within "
                             f"{READY_TIMEOUT_S:.0f} s: does it have {workers} free CPUs?"
