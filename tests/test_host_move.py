@@ -255,3 +255,14 @@ def test_a_move_with_nothing_left_to_judge_is_not_mentioned():
     _, result = _confirmed(host=1.3, code={}, reach=12)
     assert result.confirmation.host_move.judged == {}
     assert "the machine moved" not in render_text(result)
+
+
+def test_a_move_read_from_ratios_the_control_was_divided_out_of_says_so():
+    _, result = _confirmed(host=1.3, code={})
+    assert not result.confirmation.host_move.beyond_control
+    move = dataclasses.replace(result.confirmation.host_move, beyond_control=True)
+    saved = Confirmation.from_json(dataclasses.replace(result.confirmation,
+                                                       host_move=move).to_json())
+    assert saved.host_move.beyond_control
+    text = render_text(dataclasses.replace(result, confirmation=saved))
+    assert "beyond the control's share between the runs (stored over paired ratios" in text

@@ -3,7 +3,8 @@
 `screen_runs` takes two runs already loaded (callers load them through `llmbench.runs`;
 the gate reads no file), checks that they are comparable (environment, benchmarks in
 common), resolves each benchmark's threshold, measures the machine-speed ratio from the
-control samples, and hands the raw samples to `stats.compare_family`. `render` turns the
+control samples (divided out where `host_speed` says so), and hands the samples to
+`stats.compare_family`. `render` turns the
 result into text, markdown or JSON; `GateResult.exit_code` is what the CLI and pytest report.
 Beside the timings, each benchmark's counted work is compared exactly (`llmbench.gate.work`):
 more work than the work threshold fails the gate whatever the timing verdict.
@@ -27,8 +28,8 @@ from enum import Enum
 import llmbench.gate.memory as peak_memory
 import llmbench.gate.work as counted_work
 from llmbench.errors import Exit, UserError
+from llmbench.gate import host_speed, sequential, stats, stored
 from llmbench.gate import noise as between_noise
-from llmbench.gate import sequential, stats, stored
 from llmbench.gate.confirmation import Confirmation
 from llmbench.runs.code import code_differences
 from llmbench.runs.environment import (
@@ -135,6 +136,9 @@ class GateResult:
     code: tuple[str, ...] | None = None
     noise: between_noise.NoiseEstimate | None = None  # stored comparisons: the noise between runs
     between: Mapping[str, between_noise.Between] = field(default_factory=dict)
+    # Stored comparisons with control samples: the machine's speed, and whether the
+    # candidate's rounds were divided by it (`host_speed`).
+    host: host_speed.HostSpeed | None = None
     # The paired A/B that settled a stored comparison's slower benchmarks, or why none ran.
     confirmation: Confirmation | None = None
 
@@ -328,18 +332,19 @@ def screen_runs(baseline: Run, candidate: Run, options: GateOptions | None = Non
         missing = baseline.source if not baseline.control_s else candidate.source
         raise UserError(f"--normalize needs machine-speed control samples in both runs; "
                         f"{missing} has none: drop --normalize")
+    # The machine's share of the drift, divided out where this environment's saved runs
+    # show how much of it the benchmarks feel; the noise is then measured the same way.
+    host, estimate = host_speed.divide_out(speed, history, options.normalize)
     pairs = {k: (baseline.benchmarks[k].samples, candidate.benchmarks[k].samples)
              for k in common}
     groups = {k: candidate.benchmarks[k].group for k in common
               if candidate.benchmarks[k].group is not None}
     comparisons = _undisturbed_only(stats.compare_family(
         pairs, rule, thresholds=thresholds, groups=groups,
-        speed_ratio=speed.ratio if options.normalize and speed else 1.0),
-        baseline, candidate)
+        speed_ratio=host.factor if host else 1.0), baseline, candidate)
     result = _result(baseline, candidate, options, common, other_work, comparisons, speed,
                      mismatches)
     code = tuple(code_differences(baseline, candidate))
-    estimate = between_noise.estimate_noise(history)
     between = between_noise.between_runs({c.name: c.ratio for c in comparisons}, estimate.spreads,
                                  {c.name: c.threshold for c in comparisons}, rule.confidence)
     if not code:
@@ -352,7 +357,7 @@ def screen_runs(baseline: Run, candidate: Run, options: GateOptions | None = Non
     else:
         comparisons = stored.stored_verdicts(comparisons, between, options.alpha)
     return dataclasses.replace(result, comparisons=comparisons, code=code, noise=estimate,
-                               between=between)
+                               between=between, host=host)
 
 
 def compare_paired(baseline: Run, candidate: Run, design: sequential.Design,

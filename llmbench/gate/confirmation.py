@@ -87,6 +87,9 @@ class HostMove:
     tau: float  # the readings' scatter beyond their noise, as an SD in log units (>= 0)
     readings: tuple[str, ...]  # the paired candidates it was measured on
     judged: Mapping[str, Cleared]  # undecided candidates, their ratio over the move
+    # The stored ratios it was read from had the control's share of the machine's speed
+    # divided out (`gate.host_speed`): the move is what the control did not see.
+    beyond_control: bool = False
 
     @property
     def cleared(self) -> tuple[str, ...]:
@@ -94,7 +97,8 @@ class HostMove:
 
     def to_json(self) -> dict:
         return {"ratio": self.ratio, "tau": self.tau, "readings": list(self.readings),
-                "judged": {name: dataclasses.asdict(c) for name, c in self.judged.items()}}
+                "judged": {name: dataclasses.asdict(c) for name, c in self.judged.items()},
+                "beyond_control": self.beyond_control}
 
     @classmethod
     def from_json(cls, data: Mapping) -> HostMove | None:
@@ -106,7 +110,8 @@ class HostMove:
                 return None
             return cls(float(data["ratio"]), float(data.get("tau") or 0.0), tuple(readings),
                        {str(name): cleared for name, c in judged.items()
-                        if (cleared := _cleared(c)) is not None})
+                        if (cleared := _cleared(c)) is not None},
+                       data.get("beyond_control") is True)
         except (KeyError, TypeError, ValueError):
             return None
 

@@ -26,6 +26,15 @@ noise between runs, and that noise is measured here, never assumed:
   the moderated df: a two-sided p (Holm over the run, as the rounds' test) and an interval
   at the rule's confidence. A stored regression needs this interval wholly above 1 + delta,
   beside the rounds' verdict; `smallest_regression` is the least ratio that can pass.
+- The machine's speed (`estimate_noise(adjust=True)`): every run times a fixed control
+  workload (`bench.control`), whose median moves with the host and not with the code. Within
+  runs of one code, a run's benchmarks move with its log control median at a slope the
+  saved runs measure (one slope for the environment, fitted on each run's shared move and
+  kept only where it is significant; clamped to [0, 1] so a move is never amplified).
+  Dividing each median by its control's median to that power removes the host's share of
+  the drift; the spread is then measured on what is left, so a comparison that divides the
+  same way (`gate.host_speed`) is tested against the noise that division leaves, the
+  control's own noise included.
 - The residual noise (`NoiseEstimate.residuals`): the same spread once each run's shared
   move is removed (the median, over its benchmarks, of their deviations from their code's
   level). A host's speed moves every benchmark of a run together; what is left is each
@@ -70,6 +79,10 @@ class NoiseEstimate:
     # The same with each run's shared move (the machine's speed that run, felt by every
     # benchmark) removed: what is left is each benchmark's own (`host_move`).
     residuals: Mapping[str, Spread] = field(default_factory=dict)
+    # adjust=True: the power of the control's ratio divided out of every median (0: none),
+    # and the spread of the control's own log median between runs of one code.
+    slope: float = 0.0
+    control: Spread | None = None
 
     @property
     def observations(self) -> int:
@@ -202,27 +215,95 @@ def _residual_spreads(cells: Mapping[tuple, Mapping[int, float]]) -> dict[str, t
     return {key: (math.sqrt(ss / df), int(df)) for key, (ss, df) in sums.items() if df > 0}
 
 
-def estimate_noise(history: Sequence[Run]) -> NoiseEstimate:
+# Fewer A/A observations than this with control samples fit no slope: the adjustment would
+# rest on one or two moves of the host.
+MIN_SLOPE_OBSERVATIONS = 3
+
+
+# A slope is divided out only when the runs show it at this one-sided level: a control whose
+# moves the benchmarks do not share would add its own noise to every ratio.
+SLOPE_LEVEL = 0.01
+
+
+def fit_slope(cells: Mapping[tuple, Mapping[int, float]], controls: Mapping[int, float]) -> float:
+    """How much of the control's log move the benchmarks share: the least-squares slope,
+    through the origin, of each run's shared move (the median of its benchmarks' deviations
+    from their cell's mean) on its control's deviation from its code's mean; clamped to
+    [0, 1], and 0 unless a t test on the runs shows it above 0 at SLOPE_LEVEL. Runs, not
+    benchmarks, are the observations: one host move moves all of a run's benchmarks."""
+    deviations: dict[int, list[float]] = {}
+    groups: dict[int, int] = {}
+    for (_, group, *_), by_run in cells.items():
+        if len(by_run) < 2:
+            continue
+        mean = sum(by_run.values()) / len(by_run)
+        for run, value in by_run.items():
+            deviations.setdefault(run, []).append(value - mean)
+            groups[run] = group
+    by_group: dict[int, list[int]] = {}
+    for run in deviations:
+        by_group.setdefault(groups[run], []).append(run)
+    shared, control = [], []
+    for runs in by_group.values():
+        if len(runs) < 2:
+            continue
+        level = sum(controls[run] for run in runs) / len(runs)
+        for run in runs:
+            shared.append(float(np.median(deviations[run])))
+            control.append(controls[run] - level)
+    m, c = np.array(shared), np.array(control)
+    df = m.size - sum(1 for runs in by_group.values() if len(runs) >= 2) - 1
+    den = float(c @ c)
+    if df < 1 or den <= 0:
+        return 0.0
+    slope = float(m @ c) / den
+    residual = float(np.sum((m - slope * c) ** 2)) / df
+    if residual > 0 and slope / math.sqrt(residual / den) < scipy_stats.t.ppf(1 - SLOPE_LEVEL,
+                                                                             df):
+        return 0.0
+    return min(1.0, max(0.0, slope))
+
+
+def estimate_noise(history: Sequence[Run], *, adjust: bool = False,
+                   slope: float | None = None) -> NoiseEstimate:
     """The noise between runs of one environment's saved runs (see the module docstring).
     Runs of unknown code (no commit, a dirty tree) tell nothing here and are left out; so
-    are a benchmark's runs that did other work (another profile) than the rest of its code."""
+    are a benchmark's runs that did other work (another profile) than the rest of its code.
+    `adjust`: each median divided by its run's control median to a power (`slope`, or the
+    one the saved runs fit; runs without control samples are left out)."""
     by_code: dict = {}
     for run in history:
         code = code_of(run)
-        if code.is_known:
+        if code.is_known and (run.control_s or not adjust):
             by_code.setdefault(code, []).append(run)
     repeated = [group for group in by_code.values() if len(group) >= 2]
     # (benchmark, group, work shape) -> {run's index: its log median}
     cells: dict[tuple, dict[int, float]] = {}
+    controls: dict[int, float] = {}  # run's index -> its log control median
+    control_groups: list[list[float]] = []
     index = 0
     for group_index, group in enumerate(repeated):
+        control_groups.append([])
         for run in group:
+            if run.control_s:
+                controls[index] = math.log(median(run.control_s))
+                control_groups[-1].append(controls[index])
             for key, bench in run.benchmarks.items():
                 # Every round of it disturbed by other work: it says nothing of quiet runs.
                 if bench.samples and not bench.all_disturbed:
                     cells.setdefault((key, group_index, _shape(run, key)), {})[index] = \
                         math.log(median(bench.samples))
             index += 1
+    observations = sum(len(group) - 1 for group in repeated)
+    control = None
+    if adjust:
+        if slope is None:
+            slope = (fit_slope(cells, controls) if observations >= MIN_SLOPE_OBSERVATIONS
+                     else 0.0)
+        cells = {cell: {run: v - slope * controls[run] for run, v in by_run.items()}
+                 for cell, by_run in cells.items()}
+        if (found := pooled_spread(control_groups)) is not None:
+            control = Spread(sigma=found[0], df=found[1], own_sigma=found[0], own_df=found[1])
     own: dict[str, tuple[float, int]] = {}
     keys = dict.fromkeys(key for key, *_ in cells)
     for key in keys:
@@ -232,12 +313,11 @@ def estimate_noise(history: Sequence[Run]) -> NoiseEstimate:
             own[key] = found
     if not own:
         return NoiseEstimate()
-    observations = sum(len(group) - 1 for group in repeated)
     spreads, d0 = _moderate_all(own, observations)
     residual = _residual_spreads(cells)
     residuals = _moderate_all(residual, observations)[0] if residual else {}
     return NoiseEstimate(spreads=spreads, runs=sum(map(len, repeated)), groups=len(repeated),
-                         prior_df=d0, residuals=residuals)
+                         prior_df=d0, residuals=residuals, slope=slope or 0.0, control=control)
 
 
 def between_runs(ratios: Mapping[str, float], spreads: Mapping[str, Spread],

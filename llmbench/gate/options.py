@@ -62,8 +62,9 @@ ALPHA = Flag(
     help="family-wise false-alarm rate (Holm over the run). Default: %(default)r")
 NORMALIZE = Flag(
     "--normalize", default=False, action="store_true",
-    help="divide the machine-speed ratio (control workload) out of the candidate's samples. "
-         "Default: %(default)r")
+    help="divide the whole machine-speed ratio (control workload) out of the candidate's "
+         "samples; without it, a stored comparison divides out the share its saved runs of "
+         "one code show the benchmarks follow, when they show one. Default: %(default)r")
 ALLOW_MISMATCH = Flag(
     "--allow-mismatch", default=False, action="store_true",
     help="compare runs of different model, device, dtype or threads. Default: %(default)r")

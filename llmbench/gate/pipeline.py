@@ -240,7 +240,8 @@ def _moved(result: GateResult, asked: Request, pairing: Mapping | None,
             paired=None if own is None else (own.paired, own.paired_variance))
         if found is not None:
             cleared[name] = found
-    return HostMove(move.ratio, math.sqrt(move.tau2), move.readings, cleared)
+    return HostMove(move.ratio, math.sqrt(move.tau2), move.readings, cleared,
+                    beyond_control=result.host is not None and result.host.divided_out)
 
 
 def conclude(result: GateResult, asked: Request, paired: GateResult, seconds: float

@@ -162,9 +162,11 @@ def noise_line(result: GateResult) -> str | None:
     reach = (f"; a stored comparison calls a regression from x{smallest[len(smallest) // 2]:.2f}"
              f" (median benchmark; x{smallest[0]:.2f} to x{smallest[-1]:.2f}), smaller "
              f"changes need `llmbench ab {commit}`" if smallest else "")
+    divided = (", the machine's speed divided out" if result.host is not None
+               and result.host.divided_out else "")
     return (f"noise between runs: from {estimate.runs} saved runs of {estimate.groups} "
             f"code{'s' if estimate.groups != 1 else ''} ({estimate.observations} A/A "
-            f"observation{'s' if estimate.observations != 1 else ''}){reach}")
+            f"observation{'s' if estimate.observations != 1 else ''}{divided}){reach}")
 
 
 def disturbance_line(result: GateResult) -> str | None:
@@ -231,7 +233,8 @@ def _move_words(moved: HostMove | None) -> str:
         return ""
     scatter = (f", its readings scattering x{math.exp(moved.tau):.3f} beyond their noise"
                if moved.tau > 0 else "")
-    return (f"; the machine moved x{moved.ratio:.3f} between the runs (stored over paired "
+    beyond = " beyond the control's share" if moved.beyond_control else ""
+    return (f"; the machine moved x{moved.ratio:.3f}{beyond} between the runs (stored over paired "
             f"ratios of {len(moved.readings)} benchmarks{scatter}): over it, "
             f"{len(moved.cleared)} of the {len(moved.judged)} candidates no pair decided are "
             "not slower")
@@ -274,8 +277,10 @@ def header_lines(result: GateResult) -> list[str]:
     elif s is None:
         lines.append("machine speed: unknown (no control samples in a run)")
     else:
-        state = ("divided out (--normalize)" if result.options.normalize
-                 else "not divided out; --normalize would")
+        host = result.host
+        state = (host.why if host is not None and host.divided_out else
+                 f"{host.why if host is not None else 'not divided out'}; --normalize "
+                 "divides it out in full")
         lines.append(f"machine speed (control, candidate/baseline): {s.ratio:.3f} "
                      f"{_interval(s.ci_low, s.ci_high)}, {state}")
     paired = [c for c in result.comparisons if c.unit == "pairs"]
@@ -442,6 +447,9 @@ def to_json(result: GateResult) -> dict:
         "mismatches": list(result.mismatches),
         "versions": {k: list(v) for k, v in result.versions.items()},
         "speed": None if s is None else {**dataclasses.asdict(s), "ci_high": _finite(s.ci_high)},
+        "host": None if result.host is None else {
+            "control_ratio": result.host.control_ratio, "slope": result.host.slope,
+            "factor": result.host.factor, "why": result.host.why},
         "comparisons": [{**dataclasses.asdict(c), "unit": c.unit, "label": result.labels[c.name],
                          "verdict": c.verdict.value, "ci_high": _finite(c.ci_high)}
                         for c in result.comparisons],
@@ -459,7 +467,7 @@ def to_json(result: GateResult) -> dict:
         "noise": None if result.noise is None else {
             "runs": result.noise.runs, "codes": result.noise.groups,
             "observations": result.noise.observations,
-            "prior_df": _finite(result.noise.prior_df),
+            "prior_df": _finite(result.noise.prior_df), "slope": result.noise.slope,
             "spreads": {k: {**dataclasses.asdict(v), "df": _finite(v.df)}
                         for k, v in result.noise.spreads.items()}},
         "between": {k: dataclasses.asdict(v) for k, v in result.between.items()},
