@@ -268,6 +268,14 @@ def test_the_search_stops_where_the_client_falls_behind():
     assert server.rates == [1.0, 2.0, 4.0, 8.0]
 
 
+def test_a_level_missed_although_the_client_fell_behind_is_missed():
+    # The server missed even the lower rate the late client offered: it misses this one.
+    server = FakeServer(capacity=5.0, lag_from=8.0)
+    answer = _search(server, start_rate=1.0, tolerance=0.1)
+    assert answer.behind_rate is None and answer.stopped == NARROW
+    assert answer.met_rate <= 5.0 < answer.missed_rate
+
+
 # -- against a live server -------------------------------------------------------------
 
 

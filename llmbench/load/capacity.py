@@ -12,9 +12,12 @@ capacity lies within it, as far as monotone latency lets a search say.
 
 The search stops early, and says why, when its time budget would be overrun by the next
 level (each level takes about requests / rate seconds, and as long again as the last
-level took to drain its queue), when no rate down to 1/64 of the
-start was met, or when the client could not keep a level's schedule: the client, not the
-server, was then the bottleneck, and a higher rate would say nothing.
+level took to drain its queue), when no rate down to 1/64 of the start was met, or when
+the client could not keep the schedule of a level the server met: the client, not the
+server, was then the bottleneck, and a higher rate would say nothing. A level the client
+fell behind on and the server missed counts as missed: the server could not hold even the
+lower rate it was offered (a client sharing the server's machine or process falls behind
+most where the server is overloaded).
 """
 
 from __future__ import annotations
@@ -109,10 +112,13 @@ def find_capacity(run_level: Callable[[float], LoadResult], search: Search,
         result = run_level(rate)
         answer.levels.append(result)
         drain = max(result.duration_s - seconds_per_level(rate), 0.0)
-        if not result.client_kept_schedule:
+        met = level_met(result)
+        # A late client offered less than `rate`: a level it met says nothing of `rate`, but
+        # one it missed was missed at less than `rate` already, and so at `rate` too.
+        if not result.client_kept_schedule and met:
             answer.stopped, answer.behind_rate = CLIENT_BEHIND, rate
             break
-        if level_met(result):
+        if met:
             answer.met_rate = rate
         else:
             answer.missed_rate = rate
