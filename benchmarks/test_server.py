@@ -1,7 +1,6 @@
-"""The server as users feel it: request latency against the engine's own, streamed
+"""The server as users feel it: request latency against the engine's own, and streamed
 requests across concurrency levels, which give time to first token, inter-token latency
-and total throughput (concurrency 1 is the plain `/stream` case), and, with
---capacity-slo, the highest arrival rate it holds within those objectives.
+and total throughput (concurrency 1 is the plain `/stream` case).
 
 The in-process server decodes on its scheduler's thread while this one waits for answers,
 so each round first frees this thread's OpenMP pool (`engine.openmp`): with two pools the
@@ -14,7 +13,6 @@ from dataclasses import replace
 
 import pytest
 
-from fixtures.capacity import CLOCK, WARMUP_REQUESTS, CapacityRounds
 from fixtures.timing import Work
 from llmbench.engine.config import SamplingParams
 from llmbench.engine.loop import generate
@@ -102,24 +100,3 @@ def test_server_concurrency(measure, load_config, server_tokenizer, bench_settin
     measure(level, expect=Work(None, concurrency * num_tokens), not_counted=SERVER_WORK,
             concurrency=concurrency,
             summarize=lambda rounds: _stream_summary([work.record for work in rounds]))
-
-
-@pytest.mark.benchmark(group="server-capacity", timer=CLOCK)
-def test_server_capacity(measure, load_config, server_tokenizer, bench_settings):
-    """The highest Poisson arrival rate at which the server's requests meet the objectives
-    of --capacity-slo, as seconds per request at that rate (lower is better, as for every
-    case): a round is one capacity search (`fixtures.capacity`). tokens_per_second is then
-    the output throughput at capacity."""
-    objectives = bench_settings.capacity_objectives
-    if objectives is None:
-        pytest.skip("the capacity is measured at objectives you choose: pass --capacity-slo "
-                    "ttft=MS,itl=MS (and --capacity-percentile, 90 by default)")
-    num_tokens = bench_settings.profile.server_new_tokens
-    level = load_config(num_requests=objectives.minimum_requests + WARMUP_REQUESTS)
-    rounds = CapacityRounds(replace(level, warmup=WARMUP_REQUESTS),
-                            SamplingParams(max_new_tokens=num_tokens, ignore_eos=True),
-                            server_tokenizer, list(questions()), objectives)
-    # No peak-memory round: it would be one more whole search, and the concurrency case
-    # already measures the server's memory under concurrent requests.
-    measure(rounds.search_once, expect=Work(None, num_tokens), not_counted=SERVER_WORK,
-            memory_round=False, objectives=objectives.describe(), summarize=rounds.summary)

@@ -37,9 +37,7 @@ def test_quick_runs_its_named_engine_configurations_at_batch_1(quick):
                        for name in PROFILES["quick"].engine_configurations]
     assert "test_input_sweep[in=512-out=16]" in quick
     assert "test_server_concurrency[conc=8]" in quick
-    # 37 that run, and the capacity case, which runs only at objectives (--capacity-slo).
-    assert "test_server_capacity" in quick
-    assert len(quick) == 38
+    assert len(quick) == 37
 
 
 def test_full_runs_every_engine_configuration_at_batch_1_and_8(full, quick):

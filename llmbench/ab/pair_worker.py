@@ -138,8 +138,8 @@ def _paired_pedantic(self, target, args=(), kwargs=None, setup=None, teardown=No
         before, started = disturbance.read(cpus), time.perf_counter()
         with PauseInstrumentation():
             duration, result = runner(None)
-        # The window's own wall time: a case's timer need not be the wall clock (the
-        # capacity case's moves by its figure, not by the seconds its search took).
+        # The window's own wall time: a case's timer need not be the wall clock
+        # (pytest-benchmark's `timer=` may name any clock).
         wall_s = time.perf_counter() - started
         after = disturbance.read(cpus) if before is not None else None
         others = None if after is None else disturbance.window(

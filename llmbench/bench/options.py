@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmbench import runs
-from llmbench.argtypes import number, one_of, parsed_by, whole_number
+from llmbench.argtypes import one_of, parsed_by, whole_number
 from llmbench.bench.profiles import DEFAULT_PROFILE, PROFILES, SWEEP_ARGNAMES
 from llmbench.bench.settings import SETTINGS_KEY, BenchSettings
 from llmbench.engine import disturbance
@@ -30,7 +30,6 @@ from llmbench.engine.quantized import check_weights_supported
 from llmbench.errors import UserError
 from llmbench.gate.compare import parse_fraction
 from llmbench.load.config import APIS as SERVER_APIS
-from llmbench.load.objectives import parse_objectives
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -91,16 +90,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--server-api", default="native", type=one_of(*SERVER_APIS),
                     metavar="API", help=f"one of {', '.join(SERVER_APIS)}. "
                                         "Default: %(default)r")
-    group.addoption("--capacity-slo", default=None, metavar="METRIC=MS,...",
-                    help="measure the server's capacity at these objectives "
-                         "(test_server_capacity: the highest Poisson rate whose requests meet "
-                         "them, e.g. ttft=2000,itl=250; metrics ttft, itl, e2e). "
-                         "Default: not measured")
-    group.addoption("--capacity-percentile", default=90.0, metavar="P",
-                    type=number("a percentile", lambda v: 0 < v < 100, "in (0, 100)"),
-                    help="the percentile each --capacity-slo objective holds at; each level "
-                         "sends as many requests as claiming it needs (44 at p90, 459 at "
-                         "p99). Default: %(default)r")
     group.addoption("--store", default=None, metavar="PATH|URL", help=runs.STORE_HELP)
     group.addoption("--baseline-dir", default=None, metavar="DIR",
                     help="where runs are saved, one folder per environment: --store for a "
@@ -133,12 +122,6 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
     if opt("store") and opt("baseline_dir"):
         raise pytest.UsageError("--store and --baseline-dir both say where runs are saved: "
                                 "pass one")
-    capacity = None
-    if opt("capacity_slo") is not None:
-        try:
-            capacity = parse_objectives(opt("capacity_slo"), opt("capacity_percentile"))
-        except UserError as exc:
-            raise pytest.UsageError(str(exc).replace("--slo", "--capacity-slo")) from None
     saved_path_file = opt("saved_path_file")
     if saved_path_file and not Path(saved_path_file).parent.is_dir():
         raise pytest.UsageError(f"--saved-path-file {saved_path_file}: its folder does not "
@@ -153,7 +136,7 @@ def _settings_from(config: pytest.Config) -> BenchSettings:
         passes=profile.passes if passes is None else passes,
         shuffle_seed=opt("shuffle_seed"), disturbed_share=opt("disturbed_share"),
         server_url=opt("server_url"),
-        server_api=opt("server_api"), capacity_objectives=capacity, save=not opt("no_save"),
+        server_api=opt("server_api"), save=not opt("no_save"),
         store=runs.store_location(opt("store") or opt("baseline_dir")),
         saved_path_file=saved_path_file,
     )

@@ -9,7 +9,6 @@ import pytest
 from llmbench.bench.profiles import Profile
 from llmbench.engine.config import EngineConfig
 from llmbench.engine.disturbance import DEFAULT_SHARE
-from llmbench.load.objectives import Objectives
 from llmbench.runs import environment_key
 
 
@@ -28,8 +27,6 @@ class BenchSettings:
     disturbed_share: float = DEFAULT_SHARE  # beyond it a round is disturbed (see disturbance)
     server_url: str | None = None
     server_api: str = "native"
-    # --capacity-slo: the objectives test_server_capacity searches the highest rate within
-    capacity_objectives: Objectives | None = None
     save: bool = True
     store: str = "baselines"  # where runs are saved and `latest` looks: a folder or a URL
     saved_path_file: str | None = None  # where to tell a script which run was saved

@@ -1,9 +1,8 @@
 """The highest arrival rate a server holds within its objectives: its capacity.
 
 The search is GuideLLM's: from a starting rate, double while each level meets the
-objectives (halve while it does not, until one does; `Search.growth` sets the step), then
-bisect between the highest rate met and the lowest not met, geometrically, until they are
-within `tolerance` of each other.
+objectives (halve while it does not, until one does), then bisect between the highest rate
+met and the lowest not met, geometrically, until they are within `tolerance` of each other.
 Each rate is one open-loop level of the same seeded schedule shape. A level counts as met
 only when every objective was met with 99% confidence (`objectives`): an uncertain level
 counts as not met, so the capacity claimed is one the measurements support, never a guess
@@ -44,16 +43,11 @@ class Search:
     start_rate: float = 1.0
     tolerance: float = 0.10  # stop when lowest not met / highest met <= 1 + tolerance
     budget_s: float = 600.0
-    # The step while no bracket is known yet: GuideLLM doubles; a search that starts at a
-    # capacity measured minutes ago (the suite's rounds) takes smaller steps.
-    growth: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.start_rate > 0 or not self.tolerance > 0 or not self.budget_s > 0:
             raise UserError("the capacity search needs a positive start rate, tolerance and "
                             "time budget")
-        if not self.growth > 1:
-            raise UserError("the capacity search's step must be above 1")
 
 
 @dataclass
@@ -126,9 +120,9 @@ def find_capacity(run_level: Callable[[float], LoadResult], search: Search,
             if rate <= search.start_rate * LOWEST_START_FRACTION:
                 answer.stopped = NONE_MET
                 break
-            rate /= search.growth
+            rate /= 2
         elif answer.missed_rate is None:
-            rate *= search.growth
+            rate *= 2
         elif answer.missed_rate / answer.met_rate <= 1 + search.tolerance:
             answer.stopped = NARROW
             break

@@ -33,7 +33,7 @@ FORMAT_VERSION = 4
 # Groups in the order reports show them; any other group follows, alphabetically.
 GROUP_ORDER = ("output-sweep", "input-sweep", "prefill", "decode", "kv-cache", "batch-size",
                "sequential-vs-batched", "engines", "server-generate",
-               "server-concurrency", "server-capacity")
+               "server-concurrency")
 UNGROUPED = "ungrouped"
 # Named conditions in reading order, the reference first; other names sort alphabetically.
 CATEGORY_ORDER = ("sequential", "batched", "loop", "hf")
@@ -41,8 +41,7 @@ SUMMARY_STATS = ("min", "max", "median", "iqr", "rounds")  # pytest-benchmark's,
 # What a case records of the work it did (extra_info). One benchmark name in two runs is one
 # measurement only when these agree: the same name in another profile, or in a profile that
 # changed since, can run other prompts or other numbers of tokens.
-WORK_SHAPE_FIELDS = ("input_tokens", "output_tokens", "batch_size", "concurrency",
-                     "objectives")
+WORK_SHAPE_FIELDS = ("input_tokens", "output_tokens", "batch_size", "concurrency")
 _SAMPLES_HINT = ("llmbench's pytest suite saves them in every run under --baseline-dir; "
                  "with plain pytest-benchmark, pass --benchmark-save-data (with "
                  "--benchmark-save or --benchmark-autosave) or use --benchmark-json")
