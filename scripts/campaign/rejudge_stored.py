@@ -27,8 +27,7 @@ SHOWN = ("regression", "not confirmed", "not slower", "unchanged", "inconclusive
 
 def _speed_left_in(speed, history, normalize):
     """`host_speed.divide_out` as the rule stood before it: nothing divided out."""
-    host, _ = host_speed.divide_out(speed, history, normalize)
-    left = None if host is None else host_speed.HostSpeed(host.control_ratio, 0.0, "left in")
+    left = None if speed is None else host_speed.HostSpeed(speed.ratio, 0.0, "left in")
     return left, estimate_noise(history)
 
 
