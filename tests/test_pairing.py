@@ -226,6 +226,9 @@ def test_second(benchmark, costly_setup):
 '''
 
 
+# Its budget is one pair of real sleeps: beside other test workers the workers' start and
+# the pair's rounds can spend it before any pair is timed.
+@pytest.mark.alone
 def test_a_benchmark_the_budget_cannot_reach_is_never_set_up(fake_repo, tmp_path):
     (fake_repo / "test_unreached.py").write_text(textwrap.dedent(UNREACHED_TEST))
     _git(fake_repo, "add", ".")
