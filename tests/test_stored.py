@@ -190,7 +190,8 @@ def test_without_measured_noise_a_slowdown_is_not_confirmed_exit_6():
 
 def test_within_the_noise_between_runs_is_not_confirmed_beyond_it_a_regression():
     slower = _run(2, B, factors={"decode": 1.4})
-    drifting = gate.compare_runs(_run(1, "c" * 40), slower, history=_drifting_history(0.25))
+    # The baseline's own commit has no other saved run: it is its code's level alone.
+    drifting = gate.compare_runs(_run(1, "d" * 40), slower, history=_drifting_history(0.25))
     assert {k for k, v in _verdicts(drifting).items() if v is Verdict.NOT_CONFIRMED} == DECODE
     assert all("within the noise between runs" in c.reason for c in drifting.comparisons
                if c.name in DECODE)
@@ -200,7 +201,8 @@ def test_within_the_noise_between_runs_is_not_confirmed_beyond_it_a_regression()
 
 
 def test_the_smallest_regression_a_stored_comparison_can_call_is_stated():
-    result = gate.compare_runs(_run(1, "c" * 40), _run(2, B), history=_drifting_history(0.10))
+    # A baseline whose commit has no other saved run: two runs' draws, sigma * sqrt(2).
+    result = gate.compare_runs(_run(1, "d" * 40), _run(2, B), history=_drifting_history(0.10))
     line = next(x for x in gate.render_text(result).splitlines()
                 if x.startswith("noise between runs"))
     assert line.startswith("noise between runs: from 6 saved runs of 1 code (5 A/A "

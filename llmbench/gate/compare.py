@@ -28,7 +28,7 @@ from enum import Enum
 import llmbench.gate.memory as peak_memory
 import llmbench.gate.work as counted_work
 from llmbench.errors import Exit, UserError
-from llmbench.gate import host_speed, sequential, stats, stored
+from llmbench.gate import code_level, host_speed, sequential, stats, stored
 from llmbench.gate import noise as between_noise
 from llmbench.gate.confirmation import Confirmation
 from llmbench.runs.code import code_differences
@@ -345,8 +345,12 @@ def screen_runs(baseline: Run, candidate: Run, options: GateOptions | None = Non
     result = _result(baseline, candidate, options, common, other_work, comparisons, speed,
                      mismatches)
     code = tuple(code_differences(baseline, candidate))
+    # Against every saved run of the baseline's code, read as the noise was measured.
+    levels = code_level.code_levels(baseline, history, [c.name for c in comparisons],
+                                    host.slope if host else 0.0)
     between = between_noise.between_runs({c.name: c.ratio for c in comparisons}, estimate.spreads,
-                                 {c.name: c.threshold for c in comparisons}, rule.confidence)
+                                         {c.name: c.threshold for c in comparisons},
+                                         rule.confidence, levels)
     if not code:
         # The same code: no verdict on it. The rounds' verdicts would read as claims about
         # the code in counts, tables and plots, so each says it is the machine's.

@@ -23,9 +23,11 @@ noise between runs, and that noise is measured here, never assumed:
   every benchmark at once, so their variances are not independent estimates.
 - The test (`between_runs`): the candidate's log median minus the baseline's, over
   sigma * sqrt(2) (each run is one draw around its code's level), against Student's t on
-  the moderated df: a two-sided p (Holm over the run, as the rounds' test) and an interval
-  at the rule's confidence. A stored regression needs this interval wholly above 1 + delta,
-  beside the rounds' verdict; `smallest_regression` is the least ratio that can pass.
+  the moderated df (where the baseline's code has k saved runs: minus their mean level,
+  over sigma * sqrt(1 + 1/k), `code_level`): a two-sided p (Holm over the run, as the
+  rounds' test) and an interval at the rule's confidence. A stored regression needs this
+  interval wholly above 1 + delta, beside the rounds' verdict; `smallest_regression` is the
+  least ratio that can pass.
 - The machine's speed (`estimate_noise(adjust=True)`): every run times a fixed control
   workload (`bench.control`), whose median moves with the host and not with the code. Within
   runs of one code, a run's benchmarks move with its log control median at a slope the
@@ -52,9 +54,10 @@ import numpy as np
 from scipy import special
 from scipy import stats as scipy_stats
 
+from llmbench.gate.code_level import Level
 from llmbench.gate.stats import holm
 from llmbench.runs.code import code_of
-from llmbench.runs.model import WORK_SHAPE_FIELDS, Run, median
+from llmbench.runs.model import Run, median
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,10 @@ class Between:
     ci_high: float
     # The least ratio whose interval clears 1 + delta (Holm's step may ask for more).
     smallest_regression: float
+    # The candidate against its baseline's level: the mean of `level_runs` saved runs of the
+    # baseline's code (`code_level`; 1: the baseline run alone, the rounds' ratio).
+    ratio: float
+    level_runs: int = 1
 
 
 def pooled_spread(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
@@ -159,11 +166,6 @@ def _moderated(s2: float, df: int, s0_2: float, d0: float) -> tuple[float, float
     return (d0 * s0_2 + df * s2) / (d0 + df), d0 + df
 
 
-def _shape(run: Run, key: str) -> tuple:
-    extra = run.benchmarks[key].extra_info
-    return tuple(extra.get(k) for k in WORK_SHAPE_FIELDS)
-
-
 def _moderate_all(own: Mapping[str, tuple[float, int]], observations: int
                   ) -> tuple[dict[str, Spread], float]:
     """Each benchmark's (sd, df) moderated towards the spread they share; and d0."""
@@ -184,6 +186,19 @@ def _moderate_all(own: Mapping[str, tuple[float, int]], observations: int
 MIN_SHARED = 8
 
 
+def _deviations(cells: Mapping[tuple, Mapping[int, float]], runs: set[int] | None = None
+                ) -> dict[tuple, dict[int, float]]:
+    """Each cell's log medians less the cell's mean, over `runs` (None: all); cells with
+    fewer than two of them are left out."""
+    out = {}
+    for cell, by_run in cells.items():
+        kept = {run: v for run, v in by_run.items() if runs is None or run in runs}
+        if len(kept) >= 2:
+            mean = sum(kept.values()) / len(kept)
+            out[cell] = {run: v - mean for run, v in kept.items()}
+    return out
+
+
 def _residual_spreads(cells: Mapping[tuple, Mapping[int, float]]) -> dict[str, tuple[float, int]]:
     """(sd, df) of each benchmark's log medians once each run's shared move is removed.
     `cells`: (benchmark, group, shape) -> {run: log median}. A benchmark's share of a run's
@@ -195,12 +210,7 @@ def _residual_spreads(cells: Mapping[tuple, Mapping[int, float]]) -> dict[str, t
     for by_run in cells.values():
         for run in by_run:
             sizes[run] = sizes.get(run, 0) + 1
-    deviations: dict[tuple, dict[int, float]] = {}
-    for cell, by_run in cells.items():
-        kept = {run: v for run, v in by_run.items() if sizes[run] >= MIN_SHARED}
-        if len(kept) >= 2:
-            mean = sum(kept.values()) / len(kept)
-            deviations[cell] = {run: v - mean for run, v in kept.items()}
+    deviations = _deviations(cells, {run for run, size in sizes.items() if size >= MIN_SHARED})
     per_run: dict[int, list[tuple[tuple, float]]] = {}
     for cell, by_run in deviations.items():
         for run, v in by_run.items():
@@ -233,12 +243,9 @@ def fit_slope(cells: Mapping[tuple, Mapping[int, float]], controls: Mapping[int,
     benchmarks, are the observations: one host move moves all of a run's benchmarks."""
     deviations: dict[int, list[float]] = {}
     groups: dict[int, int] = {}
-    for (_, group, *_), by_run in cells.items():
-        if len(by_run) < 2:
-            continue
-        mean = sum(by_run.values()) / len(by_run)
+    for (_, group, *_), by_run in _deviations(cells).items():
         for run, value in by_run.items():
-            deviations.setdefault(run, []).append(value - mean)
+            deviations.setdefault(run, []).append(value)
             groups[run] = group
     by_group: dict[int, list[int]] = {}
     for run in deviations:
@@ -291,7 +298,7 @@ def estimate_noise(history: Sequence[Run], *, adjust: bool = False,
             for key, bench in run.benchmarks.items():
                 # Every round of it disturbed by other work: it says nothing of quiet runs.
                 if bench.samples and not bench.all_disturbed:
-                    cells.setdefault((key, group_index, _shape(run, key)), {})[index] = \
+                    cells.setdefault((key, group_index, bench.work_shape), {})[index] = \
                         math.log(median(bench.samples))
             index += 1
     observations = sum(len(group) - 1 for group in repeated)
@@ -321,25 +328,30 @@ def estimate_noise(history: Sequence[Run], *, adjust: bool = False,
 
 
 def between_runs(ratios: Mapping[str, float], spreads: Mapping[str, Spread],
-                 thresholds: Mapping[str, float], confidence: float
-                 ) -> dict[str, Between]:
+                 thresholds: Mapping[str, float], confidence: float,
+                 levels: Mapping[str, Level] | None = None) -> dict[str, Between]:
     """Each ratio (candidate median / baseline median) that has a spread, judged against the
-    noise between runs; Holm over the benchmarks judged."""
+    noise between runs; Holm over the benchmarks judged. `levels`: where the baseline's code
+    has several saved runs, the ratio is moved to their mean level and its standard error is
+    sigma * sqrt(1 + 1/k) instead of sigma * sqrt(2) (`code_level`)."""
     judged = [k for k in ratios if k in spreads]
     if not judged:
         return {}
+    levels = levels or {}
     rows = {}
     for key in judged:
-        spread, d = spreads[key], math.log(ratios[key])
-        se = spread.sigma * math.sqrt(2)
+        level = levels.get(key, Level(shift=0.0, runs=1))
+        spread, d = spreads[key], math.log(ratios[key]) + level.shift
+        se = spread.sigma * math.sqrt(1 + 1 / level.runs)
         q = float(scipy_stats.t.ppf(0.5 + confidence / 2, spread.df))
         if se == 0:  # no spread at all (synthetic runs): any move is beyond it
             p = 1.0 if d == 0 else 0.0
         else:
             p = float(2 * scipy_stats.t.sf(abs(d) / se, spread.df))
         rows[key] = (p, math.exp(d - q * se), math.exp(d + q * se),
-                     (1 + thresholds[key]) * math.exp(q * se))
+                     (1 + thresholds[key]) * math.exp(q * se), math.exp(d), level.runs)
     adjusted = holm([rows[k][0] for k in judged])
     return {k: Between(p_value=rows[k][0], p_adjusted=float(pa), ci_low=rows[k][1],
-                       ci_high=rows[k][2], smallest_regression=rows[k][3])
+                       ci_high=rows[k][2], smallest_regression=rows[k][3], ratio=rows[k][4],
+                       level_runs=rows[k][5])
             for k, pa in zip(judged, adjusted, strict=True)}

@@ -159,8 +159,10 @@ def noise_line(result: GateResult) -> str | None:
                 "the machine's drift is unknown; run unchanged code again to measure it, or "
                 f"`llmbench ab {commit}` for a paired verdict now")
     smallest = sorted(b.smallest_regression for b in result.between.values())
+    level = max((b.level_runs for b in result.between.values()), default=1)
+    against = f", against {level} saved runs of {commit}" if level > 1 else ""
     reach = (f"; a stored comparison calls a regression from x{smallest[len(smallest) // 2]:.2f}"
-             f" (median benchmark; x{smallest[0]:.2f} to x{smallest[-1]:.2f}), smaller "
+             f" (median benchmark; x{smallest[0]:.2f} to x{smallest[-1]:.2f}{against}), smaller "
              f"changes need `llmbench ab {commit}`" if smallest else "")
     divided = (", the machine's speed divided out" if result.host is not None
                and result.host.divided_out else "")

@@ -39,7 +39,9 @@ from llmbench.gate.stats import Comparison, Verdict, decide
 
 
 def _between_words(b: Between) -> str:
-    return f"between runs [{b.ci_low:.3f}, {b.ci_high:.3f}], p_adj={b.p_adjusted:.2g}"
+    level = (f"x{b.ratio:.3f} against its code's {b.level_runs} saved runs, "
+             if b.level_runs > 1 else "")
+    return f"between runs {level}[{b.ci_low:.3f}, {b.ci_high:.3f}], p_adj={b.p_adjusted:.2g}"
 
 
 def _rules_out_slower(c: Comparison, b: Between | None) -> bool:

@@ -167,6 +167,12 @@ class Benchmark:
                   if k in ("min", "max") or re.fullmatch(r"p\d+(\.\d+)?", k)]
         return centre, min(spread + [centre]), max(spread + [centre])
 
+    @property
+    def work_shape(self) -> tuple:
+        """The work it recorded (WORK_SHAPE_FIELDS, None where unrecorded): two runs of one
+        benchmark are one measurement only where these agree."""
+        return tuple(self.extra_info.get(k) for k in WORK_SHAPE_FIELDS)
+
     def shape_differences(self, other: Benchmark) -> list[str]:
         """How its recorded work differs from `other`'s ("output_tokens 32 vs 16"), [] if it
         does not; a field only one of them recorded (or recorded as unknown, None) is not a
