@@ -17,24 +17,28 @@ import math
 
 import numpy as np
 import pytest
-from gate_runs import BENCHMARKS, make_run
+from gate_runs import BENCHMARKS, make_run, write_run
+from scipy import stats
 
 from llmbench import gate
 from llmbench.gate import code_level, noise
 from llmbench.gate.stats import Verdict
 from llmbench.runs import Run, run_from_json
+from llmbench.runs.model import median
+from llmbench.runs.store import load_run
 
 BASE, OTHER, CANDIDATE = "a" * 40, "c" * 40, "b" * 40
 PROCESS_SPREAD = 0.03  # log sd of a run's level around its code's, per benchmark
 
 
-def _run(seed: int, commit: str, code: dict | None = None, host: float = 1.0) -> Run:
+def _run(seed: int, commit: str, code: dict | None = None, host: float = 1.0,
+         feel: float = 1.0) -> Run:
     """A run of `commit` (slower by `code`: {group or name: factor}) whose benchmarks each
     land at their own draw around the code's level, on a host `host` times slower (the
-    control and the benchmarks alike)."""
+    control feels all of it, the benchmarks its `feel` power)."""
     code = code or {}
     draws = np.exp(np.random.default_rng(seed).normal(0.0, PROCESS_SPREAD, len(BENCHMARKS)))
-    factors = {name: host * draw * code.get(name, code.get(group, 1.0))
+    factors = {name: host ** feel * draw * code.get(name, code.get(group, 1.0))
                for (name, group), draw in zip(BENCHMARKS.items(), draws, strict=True)}
     data = make_run(seed, factors=factors, control_factor=host)
     data["commit_info"] = {"id": commit, "dirty": False}
@@ -84,6 +88,23 @@ def test_the_level_reads_each_run_as_the_noise_reads_it():
         k: dataclasses.replace(b, all_disturbed=True)
         for k, b in _run(102, BASE).benchmarks.items()})
     assert code_level.code_levels(baseline, [other_shape, disturbed], [key]) == {}
+    # Dividing the machine's speed out needs a run's control: one without is no run of the
+    # divided level, and is one of the level left in.
+    blind = dataclasses.replace(_run(103, BASE), control_s=())
+    assert code_level.code_levels(baseline, [slower_host, blind], [key], slope=1.0)[key] \
+        .runs == 2
+    assert code_level.code_levels(baseline, [slower_host, blind], [key])[key].runs == 3
+
+
+def test_a_copy_of_the_baseline_is_one_run_of_its_level(tmp_path):
+    folder = tmp_path / "smollm2-135m-cpu-float32"
+    saved = [write_run(folder / f"000{i}_{BASE[:8]}.json", _json(100 + i, BASE, 10))
+             for i in (1, 2)]
+    copy = write_run(tmp_path / "b.json", json.loads(saved[0].read_text()))
+    baseline = load_run(copy)
+    history = [load_run(path) for path in saved] + [load_run(saved[0])]  # read twice
+    key = next(iter(baseline.benchmarks))
+    assert code_level.code_levels(baseline, history, [key])[key].runs == 2
 
 
 def _json(seed: int, commit: str, output_tokens: int) -> dict:
@@ -104,6 +125,42 @@ def test_k_runs_of_the_baseline_code_narrow_the_test_to_sqrt_of_one_plus_one_ove
     assert (math.log(level.smallest_regression / 1.05)
             == pytest.approx(math.log(alone.smallest_regression / 1.05)
                              * math.sqrt((1 + 1 / 6) / 2)))
+    d, se = math.log(1.1) - 0.02, 0.03 * math.sqrt(1 + 1 / 6)
+    q = stats.t.ppf(0.995, 20)
+    assert (level.ci_low, level.ci_high) == (pytest.approx(math.exp(d - q * se)),
+                                             pytest.approx(math.exp(d + q * se)))
+    assert level.p_value == pytest.approx(2 * stats.t.sf(d / se, 20))
+
+
+def test_the_level_divides_each_run_by_its_control_to_the_fitted_power():
+    hosts = np.exp(np.random.default_rng(5).normal(0.0, 0.06, 8))
+    history = ([_run(100 + i, BASE, host=h, feel=0.8) for i, h in enumerate(hosts)]
+               + [_run(300 + i, OTHER, host=h, feel=0.8) for i, h in enumerate(hosts[::-1])])
+    baseline, candidate = history[0], _run(900, CANDIDATE, host=1.02, feel=0.8)
+    result = gate.compare_runs(baseline, candidate, history=history)
+    power = result.host.slope
+    assert 0 < power < 1
+
+    def divided(run: Run, key: str) -> float:
+        return (math.log(median(run.benchmarks[key].samples))
+                - power * math.log(median(run.control_s)))
+
+    for key, between in result.between.items():
+        level = sum(divided(run, key) for run in history[:8]) / 8
+        assert between.level_runs == 8
+        assert between.ratio == pytest.approx(math.exp(divided(candidate, key) - level))
+
+
+def test_the_interval_against_the_level_covers_same_speed_code_at_its_confidence():
+    # The mean of k runs is one draw's noise over sqrt(k) from its code's level: an interval
+    # over sigma * sqrt(1 + 1/k) covers a same-speed candidate as often as its confidence
+    # says (sqrt(2) would cover nearly always, sigma / sqrt(k) about half the time).
+    history = _history(8)
+    covered = []
+    for seed in range(2000, 2300):
+        result = gate.compare_runs(history[0], _run(seed, CANDIDATE), history=history)
+        covered += [b.ci_low <= 1 <= b.ci_high for b in result.between.values()]
+    assert 0.82 <= sum(covered) / len(covered) <= 0.95
 
 
 def _verdicts(result) -> dict[str, Verdict]:

@@ -37,12 +37,15 @@ class Level:
     runs: int  # runs the level is the mean of, the baseline run among them
 
 
-def _is_baseline(run: Run, baseline: Run) -> bool:
-    if run is baseline or (run.origin is not None and run.origin == baseline.origin):
+def _one_run(a: Run, b: Run) -> bool:
+    """Whether two loaded runs are one run: one place in a store, one file, or a copy (a
+    `b.json` beside the numbered run it copies, two files of one number in an old folder)."""
+    if a is b or (a.origin is not None and a.origin == b.origin):
         return True
-    if run.path is not None and baseline.path is not None:
-        return Path(run.path).resolve() == Path(baseline.path).resolve()
-    return is_same_run(run, baseline)
+    if a.path is not None and b.path is not None \
+            and Path(a.path).resolve() == Path(b.path).resolve():
+        return True
+    return is_same_run(a, b)
 
 
 def _log_median(run: Run, key: str, slope: float) -> float:
@@ -58,8 +61,10 @@ def code_levels(baseline: Run, history: Sequence[Run], keys: Sequence[str],
     code = code_of(baseline)
     if not code.is_known:
         return {}
-    runs = [baseline] + [run for run in history if code_of(run) == code
-                         and not _is_baseline(run, baseline)]
+    runs = [baseline]
+    for run in history:  # each run once, the baseline's copies included
+        if code_of(run) == code and not any(_one_run(run, kept) for kept in runs):
+            runs.append(run)
     if slope:
         if not baseline.control_s:
             return {}

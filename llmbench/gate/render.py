@@ -41,7 +41,8 @@ def significant_shift(result: GateResult, c: stats.Comparison) -> str | None:
     """'slower by 7%-10%' when a benchmark that is unchanged or inconclusive still moved
     significantly (its interval excludes 1: within the threshold, or straddling it); None
     otherwise. A stored comparison says so only where the rounds and the noise between runs
-    both exclude 1 the same way, and gives the interval against the noise between runs."""
+    both exclude 1 the same way, and gives the interval against the noise between runs (read
+    against the baseline code's level, `code_level`)."""
     if c.verdict not in (stats.Verdict.UNCHANGED, stats.Verdict.INCONCLUSIVE,
                          stats.Verdict.NOT_SLOWER) or result.same_code:
         return None
@@ -159,8 +160,10 @@ def noise_line(result: GateResult) -> str | None:
                 "the machine's drift is unknown; run unchanged code again to measure it, or "
                 f"`llmbench ab {commit}` for a paired verdict now")
     smallest = sorted(b.smallest_regression for b in result.between.values())
-    level = max((b.level_runs for b in result.between.values()), default=1)
-    against = f", against {level} saved runs of {commit}" if level > 1 else ""
+    levels = {b.level_runs for b in result.between.values()}
+    most = max(levels, default=1)
+    against = (f", against {'up to ' if len(levels) > 1 else ''}{most} saved runs of {commit}"
+               if most > 1 else "")
     reach = (f"; a stored comparison calls a regression from x{smallest[len(smallest) // 2]:.2f}"
              f" (median benchmark; x{smallest[0]:.2f} to x{smallest[-1]:.2f}{against}), smaller "
              f"changes need `llmbench ab {commit}`" if smallest else "")
