@@ -21,7 +21,7 @@ runs reads the level.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,8 +81,3 @@ def code_levels(baseline: Run, history: Sequence[Run], keys: Sequence[str],
         if len(values) >= 2:
             levels[key] = Level(shift=values[0] - sum(values) / len(values), runs=len(values))
     return levels
-
-
-def level_runs(levels: Mapping[str, Level]) -> int:
-    """The most runs any benchmark's level rests on (1: the baseline run alone)."""
-    return max((level.runs for level in levels.values()), default=1)
