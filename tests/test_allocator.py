@@ -75,7 +75,7 @@ def test_steady_malloc_faults_the_blocks_in_once(monkeypatch):
 def test_the_environment_it_gives_a_child_does_the_same(monkeypatch):
     for name in allocator.STEADY_MALLOC_ENV:
         monkeypatch.delenv(name, raising=False)
-    env = allocator.steady_malloc_env({})
+    env = allocator.steady_memory_env({})
     assert _reused(_faults_per_pass(env=env)[1:])
 
 
@@ -90,7 +90,8 @@ def test_loading_a_model_makes_the_process_steady(monkeypatch):
 
 def test_thresholds_the_user_set_are_left_alone(monkeypatch):
     mine = {"MALLOC_MMAP_THRESHOLD_": "65536"}
-    assert allocator.steady_malloc_env(mine) == mine
+    env = allocator.steady_memory_env(mine)
+    assert env["MALLOC_MMAP_THRESHOLD_"] == "65536" and "MALLOC_TRIM_THRESHOLD_" not in env
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
 
     def no_mallopt(*args):
@@ -109,3 +110,49 @@ def test_both_sides_of_an_ab_run_get_the_same_thresholds(monkeypatch, tmp_path: 
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
     env = ab.side_env(ab.Checkout("baseline", tmp_path))
     assert env["MALLOC_MMAP_THRESHOLD_"] == "65536" and "MALLOC_TRIM_THRESHOLD_" not in env
+
+
+def _thp_mode() -> str | None:
+    """The kernel's transparent huge page mode (always, madvise, never); None if unknown."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    return text[text.index("[") + 1:text.index("]")]
+
+
+HUGE_PAGES_AFTER_LOAD = textwrap.dedent("""
+    from llmbench.engine.config import EngineConfig
+    from llmbench.engine.models import load_model
+    load_model(EngineConfig(model="tiny", device="cpu", threads=1))
+    rollup = open("/proc/self/smaps_rollup").read().splitlines()
+    print(next(int(line.split()[1]) for line in rollup if line.startswith("AnonHugePages")))
+""")
+
+
+def _huge_kib_after_loading_tiny(env: dict[str, str]) -> int:
+    proc = subprocess.run([sys.executable, "-c", HUGE_PAGES_AFTER_LOAD], env=env,
+                          capture_output=True, text=True, check=True)
+    return int(proc.stdout.split()[-1])
+
+
+@pytest.mark.skipif(_thp_mode() not in ("madvise", "always"),
+                    reason="the kernel gives no transparent huge pages")
+def test_a_process_that_loads_a_model_holds_its_weights_on_huge_pages():
+    # tiny's tied embedding is vocabulary x 64 floats, some 12 MiB: several huge pages.
+    env = {k: v for k, v in os.environ.items() if k not in allocator.STEADY_PAGES_ENV}
+    assert _huge_kib_after_loading_tiny(env) >= 4 * 2048
+
+
+@pytest.mark.skipif(_thp_mode() != "madvise", reason="only madvise mode needs torch to ask")
+def test_a_user_who_turns_huge_pages_off_is_obeyed():
+    env = {**os.environ, "THP_MEM_ALLOC_ENABLE": "0"}
+    assert _huge_kib_after_loading_tiny(env) == 0
+
+
+def test_both_sides_of_an_ab_run_ask_for_huge_pages(monkeypatch, tmp_path: Path):
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    for name in ("baseline", "candidate"):
+        assert ab.side_env(ab.Checkout(name, tmp_path))["THP_MEM_ALLOC_ENABLE"] == "1"
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")
+    assert ab.side_env(ab.Checkout("baseline", tmp_path))["THP_MEM_ALLOC_ENABLE"] == "0"

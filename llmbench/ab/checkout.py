@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmbench import runs
-from llmbench.engine.allocator import steady_malloc_env
+from llmbench.engine.allocator import steady_memory_env
 from llmbench.errors import UserError
 
 # Options llmbench ab sets itself for every block; passing them through would break pooling.
@@ -114,9 +114,9 @@ def child_env() -> dict[str, str]:
 
 def side_env(side: Checkout) -> dict[str, str]:
     """The environment a side's pytest runs in: its checkout first on the import path, and
-    glibc's malloc thresholds fixed for both sides alike (`allocator`: REV's own code may
-    predate fixing them itself)."""
-    env = steady_malloc_env(child_env())
+    glibc's malloc thresholds and PyTorch's huge pages set for both sides alike
+    (`allocator`: REV's own code may predate setting them itself)."""
+    env = steady_memory_env(child_env())
     env["PYTHONPATH"] = os.pathsep.join(
         [str(side.root), *filter(None, [os.environ.get("PYTHONPATH")])])
     return env

@@ -1,4 +1,5 @@
-"""Steady host memory: glibc's malloc with fixed thresholds, so every process pays the same.
+"""Steady host memory: glibc's malloc with fixed thresholds and PyTorch's large blocks on huge
+pages, so every process pays the same.
 
 glibc serves an allocation above its mmap threshold with fresh pages from the kernel and
 hands them back on free, so each such allocation page-faults anew. It also raises that
@@ -17,6 +18,18 @@ them (`steady_malloc`), and `llmbench ab` sets the same values in the environmen
 sides (`STEADY_MALLOC_ENV`), so a revision that predates this module measures the same way.
 A value the user set in the environment is left alone. Other C libraries (macOS, musl)
 are left alone too: this is glibc's behaviour.
+
+Huge pages. With 4 KiB pages, each process maps its weights onto its own scatter of physical
+pages, and how well those fit the TLB and the physically indexed caches is drawn once, when
+the process loads, and kept for its life. A decode step that streams a large matrix then ran
+up to 15% faster or slower in one process than in another of the same code, and a paired
+A/A of two processes called it a regression (figures:
+docs/measurements/2026-12-07-huge-pages.md). PyTorch backs every CPU allocation of 2 MiB or
+more with transparent huge pages when `THP_MEM_ALLOC_ENABLE` is set (it aligns the block and
+`madvise`s it; the kernel's THP mode must be `madvise` or `always`), which leaves the draw
+far fewer pages to scatter. PyTorch reads that variable once, at its first allocation, so
+llmbench sets it when it is imported (`steady_pages`), before torch has allocated anything,
+and `llmbench ab` passes it to both sides with the malloc thresholds.
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ MMAP_THRESHOLD = 32 * 1024 * 1024
 TRIM_THRESHOLD = 256 * 1024 * 1024
 STEADY_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
                      "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
+STEADY_PAGES_ENV = {"THP_MEM_ALLOC_ENABLE": "1"}
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
 
@@ -54,11 +68,26 @@ def steady_malloc() -> bool:
                 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
-def steady_malloc_env(environ: dict[str, str]) -> dict[str, str]:
-    """`environ` plus the fixed thresholds for a child process, where the user set neither."""
-    if not uses_glibc() or any(name in environ for name in STEADY_MALLOC_ENV):
-        return dict(environ)
-    return {**environ, **STEADY_MALLOC_ENV}
+def steady_pages() -> bool:
+    """Ask PyTorch for huge pages under its large CPU blocks, unless the environment already
+    says; True when they are asked for. Only an allocation after torch's first one misses it:
+    call this before anything allocates a tensor (llmbench does on import)."""
+    if platform.system() != "Linux":
+        return False
+    for name, value in STEADY_PAGES_ENV.items():
+        os.environ.setdefault(name, value)
+    return all(os.environ[name] == value for name, value in STEADY_PAGES_ENV.items())
+
+
+def steady_memory_env(environ: dict[str, str]) -> dict[str, str]:
+    """`environ` plus the fixed malloc thresholds and huge pages for a child process, each
+    where the user set none of its variables."""
+    env = dict(environ)
+    if uses_glibc() and not any(name in environ for name in STEADY_MALLOC_ENV):
+        env.update(STEADY_MALLOC_ENV)
+    if platform.system() == "Linux" and not any(name in environ for name in STEADY_PAGES_ENV):
+        env.update(STEADY_PAGES_ENV)
+    return env
 
 
 def return_freed_memory() -> None:

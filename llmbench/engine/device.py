@@ -232,7 +232,8 @@ def testbed_facts() -> dict:
 
 
 def thread_environment() -> dict[str, str]:
-    """The environment variables that change CPU kernel speed, for the run's record."""
+    """The environment variables that change CPU kernel speed (threads, huge pages), for the
+    run's record."""
     keys = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY",
-            "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+            "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "THP_MEM_ALLOC_ENABLE")
     return {k: os.environ[k] for k in keys if k in os.environ}
