@@ -8,6 +8,7 @@ asserted is where the budget went and what was decided, never a timing.
 
 from __future__ import annotations
 
+import io
 import math
 
 import numpy as np
@@ -142,9 +143,13 @@ def test_a_benchmark_that_stops_pointing_at_a_regression_is_back_to_its_share(cl
     # 12% slower: this seed's pairs point past the threshold at the first look, then not.
     scripted = Scripted(clock, {"a": 1.12, "b": 1.12, "c": 1.12}, budget_s=90, focused=True,
                         seed=0)
+    scripted.progress.stream = io.StringIO()
     records = scripted.judge()
     first = records["a"]
     assert first.focused_at == 8 and first.stopped == "budget"
+    said = scripted.progress.stream.getvalue()
+    assert "a: its pairs no longer point at a regression decided in time" in said
+    assert "back to its share" in said
     assert first.seconds <= 90 / 3  # within its equal share after all
     assert first.to_json(scripted.workers)["focused_at"] == 8
 

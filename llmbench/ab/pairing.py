@@ -481,6 +481,12 @@ class Coordinator:
         (`focus`), else its share."""
         est = sequential.estimate(d, self.design)
         if not takes_the_rest(est, self.design, record.threshold, per_pair, self.deadline - now):
+            if record.focused_at and est is not None:
+                # Otherwise a focused benchmark's stop reads as a plain "budget" one.
+                self.progress.show(f"; {record.name}: its pairs no longer point at a "
+                                   f"regression decided in time (x{est.ratio:.3f}, CI "
+                                   f"[{est.ci_low:.3f}, {est.ci_high:.3f}] after {est.n}): "
+                                   "back to its share", force=True)
             return share
         if not record.focused_at:
             record.focused_at = est.n
