@@ -4,6 +4,7 @@ a few pairs each, on seeded log-ratios; then the coordinator giving each member 
 
 from __future__ import annotations
 
+import io
 import math
 
 import numpy as np
@@ -152,3 +153,16 @@ def test_a_benchmark_decided_alone_leaves_the_members_their_pairs_before_later_o
     assert shares.reserved_share("first", 30.0, schedule) == pytest.approx(20.0)
     assert shares.reserved_for_family("first", 30.0, schedule, {"first"}) == pytest.approx(10.0)
     assert shares.reserved_for_family("first", 30.0, schedule, {"first", "m1"}) == 5.0
+
+
+def test_a_benchmark_is_not_focused_when_its_deciding_look_fits_only_in_the_family_time(clock):
+    """With six pairs kept for each member, what the members leave cannot hold the look that
+    should decide the one alone, though the whole budget could: it is never told it may take
+    the rest (it would stop at once, its next look not fitting), and it keeps to its share."""
+    ratios = {"alone": 1.16, **{m: 1.6 for m in MEMBERS}}
+    scripted = Scripted(clock, ratios, budget_s=45, focused=True, clearing=DESIGN,
+                        schedule=_schedule(pairs=6), seed=0)
+    scripted.progress.stream = io.StringIO()
+    records = scripted.judge()
+    assert not records["alone"].focused_at and records["alone"].stopped == "budget"
+    assert "may take the rest of the budget" not in scripted.progress.stream.getvalue()

@@ -148,7 +148,7 @@ def test_a_benchmark_that_stops_pointing_at_a_regression_is_back_to_its_share(cl
     first = records["a"]
     assert first.focused_at == 8 and first.stopped == "budget"
     said = scripted.progress.stream.getvalue()
-    assert "a: its pairs no longer point at a regression decided in time" in said
+    assert "a: its pairs no longer point at a regression decided in the time left" in said
     assert "back to its share" in said
     assert first.seconds <= 90 / 3  # within its equal share after all
     assert first.to_json(scripted.workers)["focused_at"] == 8

@@ -478,25 +478,26 @@ class Coordinator:
                    started: float, now: float) -> float:
         """What an undecided benchmark may take at a look when focusing: the rest of the
         budget while its pairs point at a regression that should be decided in time
-        (`focus`), else its share."""
+        (`focus`), else its share. The rest is what the family members still to come do not
+        keep: they are decided on their pairs alone, and the family may name more than this
+        one does; so the look that should decide it must fit in what they leave."""
         est = sequential.estimate(d, self.design)
-        if not takes_the_rest(est, self.design, record.threshold, per_pair, self.deadline - now):
+        kept = (0.0 if self.schedule is None else shares.reserved_for_family(
+            record.name, self.deadline - now, self.schedule, set(self.records)))
+        left_s = self.deadline - now - kept
+        if not takes_the_rest(est, self.design, record.threshold, per_pair, left_s):
             if record.focused_at and est is not None:
                 # Otherwise a focused benchmark's stop reads as a plain "budget" one.
                 self.progress.show(f"; {record.name}: its pairs no longer point at a "
-                                   f"regression decided in time (x{est.ratio:.3f}, CI "
-                                   f"[{est.ci_low:.3f}, {est.ci_high:.3f}] after {est.n}): "
-                                   "back to its share", force=True)
+                                   f"regression decided in the time left (x{est.ratio:.3f}, "
+                                   f"CI [{est.ci_low:.3f}, {est.ci_high:.3f}] after "
+                                   f"{est.n}): back to its share", force=True)
             return share
         if not record.focused_at:
             record.focused_at = est.n
             self.progress.show(f"; {record.name}: slower in its pairs (x{est.ratio:.3f}, "
                                f"CI [{est.ci_low:.3f}, {est.ci_high:.3f}] after {est.n}): "
                                "it may take the rest of the budget", force=True)
-        # The rest of the budget, less what the family members still to come keep: they are
-        # decided on their pairs alone, and the family may name more than this one does.
-        kept = (0.0 if self.schedule is None else shares.reserved_for_family(
-            record.name, self.deadline - now, self.schedule, set(self.records)))
         return max(share, self.deadline - started - kept)
 
     def finish(self) -> None:

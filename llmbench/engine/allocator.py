@@ -22,8 +22,8 @@ are left alone too: this is glibc's behaviour.
 Huge pages. With 4 KiB pages, each process maps its weights onto its own scatter of physical
 pages, and how well those fit the TLB and the physically indexed caches is drawn once, when
 the process loads, and kept for its life. A decode step that streams a large matrix then ran
-up to 15% faster or slower in one process than in another of the same code, and a paired
-A/A of two processes called it a regression (figures:
+faster in one process than in another of the same code, beyond the gate's threshold, and a
+paired A/A of two processes called it a regression (figures:
 docs/measurements/2026-12-07-huge-pages.md). PyTorch backs every CPU allocation of 2 MiB or
 more with transparent huge pages when `THP_MEM_ALLOC_ENABLE` is set (it aligns the block and
 `madvise`s it; the kernel's THP mode must be `madvise` or `always`), which leaves the draw
