@@ -51,8 +51,13 @@ _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
 
 
+def on_linux() -> bool:
+    """Where PyTorch reads THP_MEM_ALLOC_ENABLE (transparent huge pages are Linux's)."""
+    return platform.system() == "Linux"
+
+
 def uses_glibc() -> bool:
-    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    return on_linux() and platform.libc_ver()[0] == "glibc"
 
 
 def steady_malloc() -> bool:
@@ -72,7 +77,7 @@ def steady_pages() -> bool:
     """Ask PyTorch for huge pages under its large CPU blocks, unless the environment already
     says; True when they are asked for. Only an allocation after torch's first one misses it:
     call this before anything allocates a tensor (llmbench does on import)."""
-    if platform.system() != "Linux":
+    if not on_linux():
         return False
     for name, value in STEADY_PAGES_ENV.items():
         os.environ.setdefault(name, value)
@@ -85,7 +90,7 @@ def steady_memory_env(environ: dict[str, str]) -> dict[str, str]:
     env = dict(environ)
     if uses_glibc() and not any(name in environ for name in STEADY_MALLOC_ENV):
         env.update(STEADY_MALLOC_ENV)
-    if platform.system() == "Linux" and not any(name in environ for name in STEADY_PAGES_ENV):
+    if on_linux() and not any(name in environ for name in STEADY_PAGES_ENV):
         env.update(STEADY_PAGES_ENV)
     return env
 
