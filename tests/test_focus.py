@@ -150,6 +150,8 @@ def test_a_benchmark_that_stops_pointing_at_a_regression_is_back_to_its_share(cl
     said = scripted.progress.stream.getvalue()
     assert "a: its pairs no longer point at a regression decided in the time left" in said
     assert "back to its share" in said
+    # Each turn is said once, when it happens, not again at every later look.
+    assert said.count("a: its pairs no longer point") == said.count("a: slower in its pairs")
     assert first.seconds <= 90 / 3  # within its equal share after all
     assert first.to_json(scripted.workers)["focused_at"] == 8
 

@@ -110,6 +110,7 @@ class BenchmarkRecord:
     # The first look at which its pairs pointed at a regression that the rest of the budget
     # should decide (`focus`), so it might go on past its share; 0: none did.
     focused_at: int = 0
+    focused: bool = False  # whether it holds the rest of the budget now
     disturbed: int = 0  # pairs dropped because other work disturbed a round of theirs
 
     def to_json(self, workers: dict[str, Worker]) -> dict:
@@ -486,15 +487,16 @@ class Coordinator:
             record.name, self.deadline - now, self.schedule, set(self.records)))
         left_s = self.deadline - now - kept
         if not takes_the_rest(est, self.design, record.threshold, per_pair, left_s):
-            if record.focused_at and est is not None:
+            if record.focused and est is not None:
                 # Otherwise a focused benchmark's stop reads as a plain "budget" one.
                 self.progress.show(f"; {record.name}: its pairs no longer point at a "
                                    f"regression decided in the time left (x{est.ratio:.3f}, "
                                    f"CI [{est.ci_low:.3f}, {est.ci_high:.3f}] after "
                                    f"{est.n}): back to its share", force=True)
+            record.focused = False
             return share
-        if not record.focused_at:
-            record.focused_at = est.n
+        if not record.focused:  # said when it starts to hold the rest, not at every look
+            record.focused, record.focused_at = True, record.focused_at or est.n
             self.progress.show(f"; {record.name}: slower in its pairs (x{est.ratio:.3f}, "
                                f"CI [{est.ci_low:.3f}, {est.ci_high:.3f}] after {est.n}): "
                                "it may take the rest of the budget", force=True)
