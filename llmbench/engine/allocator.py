@@ -52,7 +52,8 @@ _M_MMAP_THRESHOLD = -3
 
 
 def on_linux() -> bool:
-    """Where PyTorch reads THP_MEM_ALLOC_ENABLE (transparent huge pages are Linux's)."""
+    """Linux: where both steadied here live, glibc's malloc thresholds (with glibc) and
+    the transparent huge pages PyTorch asks for under THP_MEM_ALLOC_ENABLE."""
     return platform.system() == "Linux"
 
 
