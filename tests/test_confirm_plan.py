@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from gate_runs import make_run
+from gate_runs import QUIET_COMMIT, make_run, quiet_history
 
 from llmbench import gate
 from llmbench.bench import confirm
@@ -400,3 +400,48 @@ def test_with_a_family_the_undecided_that_fit_are_still_paired():
     assert plan.chosen == (cheap.name, prefill[0].name) and plan.left == (prefill[1].name,)
     schedule = confirm_plan.schedule(plan)
     assert list(schedule) == [cheap.name, dear.name, prefill[0].name, prefill[1].name]
+
+
+def test_an_undecided_benchmark_shown_slower_is_planned_with_the_slower_ones():
+    """Inconclusive on the stored runs but slower beyond their noise (within the threshold):
+    ranked by its cost among the slower benchmarks, and reserved like them, where an
+    undecided one waits behind every slower one with nothing reserved."""
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    candidates = [dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE) if c.name == CHEAP
+                  else c for c in _candidates(base, cand)]
+    waiting = confirm_plan.plan(candidates, base, cand, budget_s=1)
+    assert waiting.chosen == (DEAR,) and waiting.undecided == {CHEAP}
+    assert list(confirm_plan.schedule(waiting)) == [DEAR, CHEAP]
+    shown = confirm_plan.plan(candidates, base, cand, budget_s=1,
+                              slower_undecided=frozenset({CHEAP}))
+    assert shown.chosen == (CHEAP,) and not shown.undecided
+    assert list(confirm_plan.schedule(shown)) == [CHEAP, DEAR]
+
+
+def test_decode_shown_slower_within_the_threshold_is_paired_before_the_unshown(monkeypatch):
+    """A slowdown the drift shrank below the threshold on the stored runs: the decode
+    benchmarks, slower beyond the noise between quiet runs, are paired right after the
+    stored regressions, with their first looks reserved; the one the A/B does not reach
+    stays inconclusive, as the stored runs left it, and fails nothing."""
+    base = _run(1, QUIET_COMMIT)
+    cand = _run(2, B, factors={"decode": 1.1, "prefill": 1.4})
+    result = gate.compare_runs(base, cand, history=quiet_history(8))
+    decode = sorted(pipeline.slower_undecided(result))
+    assert decode == sorted([CHEAP, DEAR])
+    assert {c.name: c.verdict for c in result.comparisons if c.name in decode} == {
+        CHEAP: Verdict.INCONCLUSIVE, DEAR: Verdict.INCONCLUSIVE}
+    calls = []
+    _fake_ab(monkeypatch, base, cand, calls, reach=3)
+    confirmed = _confirm(result, pytest_args=["--model=tiny"], budget_s=60)
+    schedule = calls[0]["schedule"]
+    assert sorted(list(schedule)[:2]) == sorted(PREFILL)  # the stored regressions first
+    assert list(schedule)[2:] == [CHEAP, DEAR] and not schedule.unreserved
+    verdicts = {c.name: c.verdict for c in confirmed.comparisons}
+    assert verdicts[CHEAP] is Verdict.REGRESSION and verdicts[DEAR] is Verdict.INCONCLUSIVE
+    assert confirmed.confirmation.left == (DEAR,)
+
+
+def test_an_undecided_benchmark_without_measured_noise_is_not_shown_slower():
+    """With no runs of one code to measure the noise between runs, no move is beyond it."""
+    result = gate.compare_runs(_run(1, QUIET_COMMIT), _run(2, B, factors={"decode": 1.1}))
+    assert pipeline.slower_undecided(result) == []

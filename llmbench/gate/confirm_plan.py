@@ -21,11 +21,16 @@ reach stay "not confirmed", and the line says which and how to decide them. One 
 regression already fails the run; the rest only name more.
 
 The drift between two runs hides a slowdown as readily as it fakes one: a benchmark whose
-stored comparison is inconclusive may be slower by more than the threshold. What the budget
-leaves after the slower benchmarks goes to those (costed, like the slower ones within the
-noise, at the first look that can clear them), cheapest first, with nothing reserved for
-them (`ab.shares.Schedule.unreserved`): one it does not reach stays inconclusive, as the
-stored runs left it, and fails nothing.
+stored comparison is inconclusive may be slower by more than the threshold. One the stored
+runs show slower beyond their noise, within the threshold (`slower_undecided`), is taken
+with the slower ones, by its cost: a slowdown of the decode loop slows every case that
+decodes, and on a machine that drifted slower since the baseline the cases it slows most
+are "not confirmed" while the decode benchmarks, cheapest to decide and the purest signal,
+are only "slower by 7%-32%"; ranked behind the others they were never reached. What the
+budget leaves after the slower benchmarks goes to the rest of the undecided (costed, like
+the slower ones within the noise, at the first look that can clear them), cheapest first,
+with nothing reserved for them (`ab.shares.Schedule.unreserved`). An undecided benchmark
+the A/B does not reach stays inconclusive, as the stored runs left it, and fails nothing.
 
 Decided alone, a regression among more than a dozen candidates needs 18 pairs, and a
 slowdown in the decode loop makes two dozen slower: the budget decides eight. So only the
@@ -56,11 +61,13 @@ START_S, BETWEEN_S = 15.0, 3.0
 POWER = 0.8
 # The order the candidates take the budget in: a stored regression (only its confirmation
 # fails the run), then a slower benchmark within the noise (left undecided, it is "not
-# confirmed" and fails the run), then one the stored runs could not decide either way (left
+# confirmed" and fails the run) or one shown slower within the threshold (`plan`'s
+# `slower_undecided`), then one the stored runs could not decide either way (left
 # undecided, it stays inconclusive, as it was), then a stored improvement (left unconfirmed,
 # it is not slower: the gate's question has its answer, only the improvement is unproven).
 _RANK = {Verdict.REGRESSION: 0, Verdict.NOT_CONFIRMED: 1, Verdict.INCONCLUSIVE: 2,
          Verdict.IMPROVEMENT: 3}
+_SLOWER_RANK = _RANK[Verdict.NOT_CONFIRMED]
 _OPEN = (Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT)  # neither slower: nothing reserved
 
 
@@ -137,13 +144,14 @@ def _compile_s(bench: runs.Benchmark) -> float:
 
 
 def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.Run,
-         budget_s: float, design: Design | None = None, family_size: int | None = None
-         ) -> Plan:
+         budget_s: float, design: Design | None = None, family_size: int | None = None,
+         slower_undecided: frozenset[str] = frozenset()) -> Plan:
     """The candidates to re-measure within `budget_s`: stored regressions first, each group
     by expected cost, cheapest first, decided alone while they fit; the first always, so a
     small budget still tries one. The slower ones that do not fit are decided together, a
     few pairs each (`Plan.family`). `family_size`: how many candidates share alpha (at least
-    these)."""
+    these). `slower_undecided`: inconclusive candidates the stored runs show slower within
+    the threshold, planned as slower ones."""
     design = design or Design()
     family_size = max(family_size or 0, len(candidates))
     load = sum(float(v) for v in (candidate.info.get("load_s"), candidate.info.get("warmup_s"))
@@ -168,9 +176,11 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
         pair_s = 2 * max(base.median_s, cand.median_s) * PAIR_OVERHEAD
         seconds = n * pair_s + 2 * _compile_s(cand) + BETWEEN_S
         estimates[c.name] = Estimate(c.name, n, seconds, pair_s, first)
-    rank = {c.name: _RANK.get(c.verdict, len(_RANK)) for c in candidates}
+    rank = {c.name: _SLOWER_RANK if c.name in slower_undecided else
+            _RANK.get(c.verdict, len(_RANK)) for c in candidates}
     order = sorted(estimates.values(), key=lambda e: (rank[e.name], e.seconds))
-    undecided = frozenset(c.name for c in candidates if c.verdict in _OPEN)
+    undecided = frozenset(c.name for c in candidates
+                          if c.verdict in _OPEN and c.name not in slower_undecided)
     missing = tuple(c.name for c in candidates if c.name not in estimates)
     slower = [e for e in order if e.name not in undecided]
     # Decided alone, a slower benchmark within the noise between runs is cleared at the

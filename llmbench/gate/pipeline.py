@@ -100,6 +100,18 @@ def undecided(result: GateResult) -> list[str]:
             if c.verdict in (Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT)]
 
 
+def slower_undecided(result: GateResult) -> list[str]:
+    """The undecided (`undecided`) that the stored runs show slower beyond their noise, though
+    not beyond the threshold (`stored.shift`): a slowdown the drift between the runs shrank
+    looks so. The confirmation pairs them with the slower benchmarks, cheapest first, so a
+    slowdown of the decode loop is decided on the decode benchmarks, the cheapest and the
+    purest, rather than after every case the drift made slower; unreached they stay
+    inconclusive, as the stored runs left them."""
+    open_keys = set(undecided(result))
+    return [c.name for c in result.comparisons if c.name in open_keys
+            and stored.shift(c, result.between.get(c.name)) > 0]
+
+
 def why_not(result: GateResult) -> str | None:
     """Why no paired A/B can reproduce what the two runs measured; None when one can. Both
     sides of an A/B run the libraries installed now, so versions must be the same."""
@@ -144,7 +156,8 @@ def request(result: GateResult, budget_s: float | None) -> Request | Confirmatio
     chosen = confirm_plan.plan([c for c in result.comparisons if c.name in keys],
                                result.baseline, result.candidate, budget_s,
                                design=sequential.Design(alpha=result.options.alpha),
-                               family_size=len(keys))
+                               family_size=len(keys),
+                               slower_undecided=frozenset(slower_undecided(result)))
     first_looks = confirm_plan.schedule(chosen)
     # A regression is named: each candidate decided alone is tested at alpha / M, M counting
     # every candidate (Bonferroni, as the plan assumed when it costed them; the A/B splits

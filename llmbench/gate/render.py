@@ -9,7 +9,7 @@ import json
 import math
 from collections.abc import Sequence
 
-from llmbench.gate import stats
+from llmbench.gate import stats, stored
 from llmbench.gate.compare import GateResult, Judged
 from llmbench.gate.confirmation import Family, HostMove
 from llmbench.gate.memory import MemoryStatus
@@ -49,8 +49,7 @@ def significant_shift(result: GateResult, c: stats.Comparison) -> str | None:
     low, high = c.ci_low, c.ci_high
     if result.judged is not Judged.PAIRED and not c.n_pairs:
         between = result.between.get(c.name)
-        if between is None or not ((low > 1 and between.ci_low > 1)
-                                   or (high < 1 and between.ci_high < 1)):
+        if not stored.shift(c, between):
             return None
         low, high = between.ci_low, between.ci_high
     if low > 1:

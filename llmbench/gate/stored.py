@@ -44,6 +44,20 @@ def _between_words(b: Between) -> str:
     return f"between runs {level}[{b.ci_low:.3f}, {b.ci_high:.3f}], p_adj={b.p_adjusted:.2g}"
 
 
+def shift(c: Comparison, b: Between | None) -> int:
+    """Which way a stored comparison shows a benchmark moved beyond the noise: 1 (slower)
+    when its rounds' interval and its interval against the noise between runs both lie above
+    1, -1 (faster) when both lie below, 0 otherwise or with that noise unmeasured. Whatever
+    the verdict: within the threshold or across it, the move itself is shown."""
+    if b is None:
+        return 0
+    if c.ci_low > 1 and b.ci_low > 1:
+        return 1
+    if c.ci_high < 1 and b.ci_high < 1:
+        return -1
+    return 0
+
+
 def _rules_out_slower(c: Comparison, b: Between | None) -> bool:
     """Whether the rounds' interval and the one against the noise between runs both lie below
     1 + delta: slower beyond the threshold is ruled out, as a stored "unchanged" rules it out,
