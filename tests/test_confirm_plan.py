@@ -263,22 +263,28 @@ def test_a_stored_regression_the_budget_left_out_is_not_confirmed_here_and_in_co
     assert {c.name: c.verdict for c in again} == {k: c.verdict for k, c in verdicts.items()}
 
 
-def _family_ab(monkeypatch, base, cand, factor):
+def _family_ab(monkeypatch, base, cand, factor, left_family=False):
     """Stands for `run_ab`: the one decided alone confirmed on 18 pairs, each family member
-    given its pairs, `factor` times slower on the candidate (a seeded spread)."""
+    given its pairs, `factor` times slower on the candidate (a seeded spread). With
+    `left_family`, each member's pairs pointed at a regression: it left the family after them
+    and took 18 more (the A/B's own verdict, on every pair, says regression)."""
     def fake_ab(rev, **kw):
         schedule = kw["schedule"]
         rng = np.random.default_rng(7)
         records = []
+        pairs = schedule.family_pairs + (18 if left_family else 0)
         for name in schedule.family:
-            b = [0.3 * math.exp(rng.normal(0, 0.01)) for _ in range(schedule.family_pairs)]
+            b = [0.3 * math.exp(rng.normal(0, 0.01)) for _ in range(pairs)]
             records.append({"name": name, "threshold": 0.10, "baseline": b,
                             "candidate": [x * factor * math.exp(rng.normal(0, 0.01))
-                                          for x in b]})
+                                          for x in b],
+                            "left_family_at": schedule.family_pairs if left_family else 0})
         names = [a for a in kw["pytest_args"] if "::" in a]
         stored_result = gate.compare_runs(base, cand)
         return dataclasses.replace(stored_result, code=None, pairing={"benchmarks": records},
                                    comparisons=tuple(
+            dataclasses.replace(c, verdict=Verdict.REGRESSION, n_pairs=18, reason="paired")
+            if c.name in schedule.family and left_family else
             dataclasses.replace(c, verdict=Verdict.INCONCLUSIVE, n_pairs=schedule.family_pairs,
                                 reason="P_adj=1, not decided")
             if c.name in schedule.family else
@@ -445,3 +451,44 @@ def test_an_undecided_benchmark_without_measured_noise_is_not_shown_slower():
     """With no runs of one code to measure the noise between runs, no move is beyond it."""
     result = gate.compare_runs(_run(1, QUIET_COMMIT), _run(2, B, factors={"decode": 1.1}))
     assert pipeline.slower_undecided(result) == []
+
+
+def test_a_member_whose_pairs_pointed_at_a_regression_is_decided_alone(monkeypatch):
+    """It left the family after its few pairs (`ab.focus.leaves_family`): it is judged on
+    the pairs after them alone, at its share of alpha, and the family, of none left, names
+    nothing. A member no slower is not named on its fresh pairs, whatever the A/B said of
+    all its pairs."""
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
+    cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
+    _family_ab(monkeypatch, base, cand, 1.5, left_family=True)
+    result = gate.compare_runs(base, cand)
+    confirmed = _confirm(result, pytest_args=["--model=tiny"],
+                         budget_s=wide.start_s + cheap.seconds + 1)
+    together = confirmed.confirmation.family
+    assert together.decided_alone == (dear.name,)
+    assert together.benchmarks == together.regression == ()
+    assert type(together).from_json(together.to_json()) == together
+    assert together.alpha == 0.0  # no member stayed: no share of alpha is the family's
+    after = {c.name: c for c in confirmed.comparisons}[dear.name]
+    assert after.verdict is Verdict.REGRESSION
+    assert after.n_pairs == 18 and after.ratio == pytest.approx(1.5, rel=0.03)
+    assert "decided alone on the pairs after the" in after.reason
+    assert ("; 1 slower benchmark(s) left the family after its pairs to be decided alone"
+            in gate.render_text(confirmed))
+    again = stored.settle_by(result.comparisons, confirmed.confirmation)
+    assert {c.name: c.verdict for c in again} == {c.name: c.verdict for c in
+                                                  confirmed.comparisons}
+
+
+def test_a_member_that_left_is_judged_on_its_fresh_pairs_only(monkeypatch):
+    """The A/B's own verdict counts every pair, those that chose it included; the gate's
+    does not: the same speed on the fresh pairs is no regression."""
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
+    cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
+    _family_ab(monkeypatch, base, cand, 1.0, left_family=True)
+    confirmed = _confirm(gate.compare_runs(base, cand), pytest_args=["--model=tiny"],
+                         budget_s=wide.start_s + cheap.seconds + 1)
+    after = {c.name: c for c in confirmed.comparisons}[dear.name]
+    assert after.verdict is not Verdict.REGRESSION

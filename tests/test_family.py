@@ -14,7 +14,7 @@ from test_clearing import DESIGN
 from test_focus import Scripted
 from test_shares import Quiet
 
-from llmbench.ab import shares
+from llmbench.ab import focus, pairing, shares
 from llmbench.gate import family, sequential
 
 THRESHOLD = 0.10
@@ -112,10 +112,13 @@ def _schedule(pairs=family.MIN_PAIRS):
                            family=frozenset(MEMBERS), family_pairs=pairs)
 
 
-def test_the_members_take_their_pairs_which_a_focused_benchmark_leaves_them(clock):
+def test_the_members_take_their_pairs_which_a_focused_benchmark_leaves_them(clock,
+                                                                             monkeypatch):
     """The one decided alone is just past the threshold in noisy pairs: focusing, it would
     take the rest of the budget (27 pairs) and leave three members none. The members keep
-    their five pairs each, and the family names every one."""
+    their five pairs each, and the family names every one. (None leaves the family here:
+    one that does takes what the later members would get, as the next test shows.)"""
+    monkeypatch.setattr(pairing, "leaves_family", lambda *args: False)
     ratios = {"alone": 1.16, **{m: 1.6 for m in MEMBERS}}
     scripted = Scripted(clock, ratios, budget_s=45, focused=True, clearing=DESIGN,
                         schedule=_schedule(), seed=0)
@@ -165,4 +168,57 @@ def test_a_benchmark_is_not_focused_when_its_deciding_look_fits_only_in_the_fami
     scripted.progress.stream = io.StringIO()
     records = scripted.judge()
     assert not records["alone"].focused_at and records["alone"].stopped == "budget"
-    assert "may take the rest of the budget" not in scripted.progress.stream.getvalue()
+    assert "alone: slower in its pairs" not in scripted.progress.stream.getvalue()
+
+
+def test_a_member_that_leaves_takes_what_the_later_members_would_get(clock):
+    """The same run, members free to leave: the first member's pairs point far past the
+    threshold, it leaves and is named alone on fresh pairs, and the last members are not
+    reached (one regression named already fails the run)."""
+    ratios = {"alone": 1.16, **{m: 1.6 for m in MEMBERS}}
+    records = Scripted(clock, ratios, budget_s=45, focused=True, clearing=DESIGN,
+                       schedule=_schedule(), seed=0).judge()
+    assert records[MEMBERS[0]].left_family_at == family.MIN_PAIRS
+    assert records[MEMBERS[0]].stopped == "regression"
+    assert records[MEMBERS[-1]].stopped == "not reached"
+
+
+def test_a_member_whose_pairs_point_at_a_regression_leaves_to_be_decided_alone(clock):
+    """15% slower against a 10% threshold: a closed test over five pairs a member cannot
+    name it. The first member leaves the family after its pairs and is decided alone, on
+    the pairs that name it; the later members get what it leaves."""
+    ratios = {m: 1.15 for m in MEMBERS}
+    scripted = Quiet(clock, ratios, budget_s=200, focused=True, clearing=DESIGN,
+                     schedule=shares.Schedule({m: 5 * PAIR_S for m in MEMBERS},
+                                              family=frozenset(MEMBERS), family_pairs=5))
+    scripted.progress.stream = io.StringIO()
+    records = scripted.judge()
+    first = records[MEMBERS[0]]
+    assert first.left_family_at == 5 and first.stopped == "regression"
+    # Decided on the pairs after the five that chose it: at a look of those.
+    pairs = len(scripted.workers["candidate"].timed[MEMBERS[0]])
+    assert pairs - 5 in DESIGN.looks
+    assert first.to_json(scripted.workers)["left_family_at"] == 5
+    assert "leaves the family to be decided alone" in scripted.progress.stream.getvalue()
+    assert all(len(scripted.workers["candidate"].timed[m]) >= 5 for m in MEMBERS)
+
+
+def test_a_member_stays_when_its_pairs_do_not_point_past_the_threshold(clock):
+    ratios = {m: 1.05 for m in MEMBERS}
+    records = Quiet(clock, ratios, budget_s=200, focused=True, clearing=DESIGN,
+                    schedule=_schedule()).judge()
+    assert not any(r.left_family_at for r in records.values())
+
+
+@pytest.mark.parametrize("ratio, pairs, left_s, leaves", [
+    (1.3, 7, 1e6, True),     # far past the threshold, time enough
+    (1.3, 5, 1e6, True),     # on the fewest pairs a family takes
+    (1.05, 7, 1e6, False),   # slower, but within the threshold
+    (1.3, 7, 17.0, False),   # the 18 fresh pairs that can name one of 20 do not fit
+    (1.3, 7, 18.0, True),
+])
+def test_leaves_family_asks_its_pairs_and_the_time_left(ratio, pairs, left_s, leaves):
+    d = _family({"m": ratio}, pairs)["m"]
+    assert sequential.fewest_for_regression(sequential.Design(), 20) == 18
+    assert focus.leaves_family(d, sequential.Design(), THRESHOLD, benchmarks=20,
+                               per_pair_s=1.0, left_s=left_s) is leaves

@@ -16,11 +16,26 @@ skipped (`pairing`), which a confirmation reports as not confirmed.
 
 This spends time, not error rate: the sequential design's P and intervals hold at whatever
 look a benchmark stops, however that look was chosen (`sequential`).
+
+A member of a confirmation's family (`gate.family`) takes a few pairs and is judged with
+the others by a closed test on them, which names only a slowdown far past the threshold: a
+slowdown just past it goes unnamed in a large family, whose members get the fewest pairs.
+So a member whose few pairs point at a regression leaves the family (`leaves_family`)
+and is decided alone, on fresh pairs, at its own share of alpha, when the look that should
+decide it fits in the time left: the later members get what it leaves, since one
+regression named fails the run, where their few pairs would only name more. Its share is
+then no longer the family's: the family is judged at the shares of those that stayed. The
+pairs that chose it are not judged again, so its own test holds at its share whatever chose
+it; and whether it leaves depends only on its own pairs, which the members that stay do not
+share, so the family's test holds at its level.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+
+import numpy as np
 
 from llmbench.gate import sequential
 
@@ -45,3 +60,25 @@ def takes_the_rest(est: sequential.PairedEstimate | None, design: sequential.Des
         return False
     look = deciding_look(est, design, threshold)
     return look is not None and (look - est.n) * per_pair_s <= left_s
+
+
+def leaves_family(d: Sequence[float], design: sequential.Design, threshold: float,
+                  benchmarks: int, per_pair_s: float, left_s: float) -> bool:
+    """Whether a family member whose pairs are the log-ratios `d` (its family's few) should
+    leave it, to be decided alone on fresh pairs: they point at a regression (their interval
+    at the design's alpha lies above 1, their centre beyond the threshold; a look's share of
+    alpha gives no finite bound on fewer pairs than the first look), and the fresh pairs up
+    to the look that should decide it, no earlier than the first at which one of
+    `benchmarks` can be named, fit in the `left_s` seconds at `per_pair_s` each."""
+    d = np.asarray(d, float)
+    if d.size < 2:
+        return False
+    centre, low, high = sequential.walsh_interval(d, design.alpha)
+    scale = 1.4826 * float(np.median(np.abs(d - np.median(d))))
+    est = sequential.PairedEstimate(n=0, centre=centre, scale=scale, p_value=1.0,
+                                    ci_low=math.exp(low), ci_high=math.exp(high))
+    look = deciding_look(est, design, threshold)
+    if look is None:
+        return False
+    look = max(look, sequential.fewest_for_regression(design, benchmarks))
+    return look * per_pair_s <= left_s

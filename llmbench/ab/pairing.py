@@ -56,7 +56,7 @@ from typing import TextIO
 
 from llmbench.ab import cpus, pair_worker, shares
 from llmbench.ab.checkout import ABError, Checkout, check_imports, check_pytest_args, side_env
-from llmbench.ab.focus import takes_the_rest
+from llmbench.ab.focus import leaves_family, takes_the_rest
 from llmbench.ab.pair_worker import Channel
 from llmbench.engine import disturbance
 from llmbench.gate import sequential
@@ -112,11 +112,15 @@ class BenchmarkRecord:
     focused_at: int = 0
     focused: bool = False  # whether it holds the rest of the budget now
     disturbed: int = 0  # pairs dropped because other work disturbed a round of theirs
+    # A family member's pairs when they pointed at a regression the time left should decide,
+    # so it left the family to be decided alone (`focus.leaves_family`); 0: it did not.
+    left_family_at: int = 0
 
     def to_json(self, workers: dict[str, Worker]) -> dict:
         return {"name": self.name, "group": self.group, "threshold": self.threshold,
                 "stopped": self.stopped, "seconds": round(self.seconds, 3),
                 "focused_at": self.focused_at, "disturbed": self.disturbed,
+                "left_family_at": self.left_family_at,
                 **{w.name: w.timed.get(self.name, []) for w in workers.values()}}
 
 
@@ -390,13 +394,18 @@ class Coordinator:
             d = sequential.log_ratios(base.timed.get(nodeid, [])[:n],
                                       cand.timed.get(nodeid, [])[:n])
             per_pair = spent / index
-            if together:
+            if together and not record.left_family_at:
                 record.stopped = self._member_stop(record, d, allowed - spent, per_pair)
+                if record.left_family_at:  # decided alone from now on, focused
+                    allowed = max(allowed, self.deadline - started)
             else:
+                # One that left its family is judged on the pairs after it left, never on
+                # those that chose it (`focus.leaves_family`).
+                d = d[record.left_family_at:]
                 record.stopped = self._alone_stop(record, d, m, per_pair, spent, allowed)
-                if not record.stopped and self.focus and self.design.is_look(n):
+                if not record.stopped and self.focus and self.design.is_look(d.size):
                     allowed = self._allowance(record, d, share, per_pair, started, now)
-                    if spent + per_pair * (self.design.next_look(n) - n) > allowed:
+                    if spent + per_pair * (self.design.next_look(d.size) - d.size) > allowed:
                         record.stopped = "budget"
             self.progress.show(f"; {nodeid}: {n} pairs")
             if record.stopped:
@@ -438,6 +447,18 @@ class Coordinator:
         if (self.clearing is not None and self.design.is_look(n)
                 and sequential.clears(d, self.clearing, record.threshold)):
             return CLEARED
+        # What the later members keep is not kept from it: one regression named fails the
+        # run, where their pairs, a few each, would only name more.
+        if n == wanted and self.focus and leaves_family(
+                d, self.design, record.threshold, self.progress.total, per_pair,
+                self.deadline - time.monotonic()):
+            centre, low, high = sequential.walsh_interval(d, self.design.alpha)
+            record.left_family_at = n
+            self.progress.show(f"; {record.name}: slower in its family's pairs (x"
+                               f"{math.exp(centre):.3f}, CI [{math.exp(low):.3f}, "
+                               f"{math.exp(high):.3f}] after {n}): it leaves the family to be "
+                               "decided alone on fresh pairs", force=True)
+            return ""
         first = self.design.looks[0]
         centre, _, _ = sequential.walsh_interval(d, self.design.look_alpha)
         if (self.clearing is not None and n < first and centre <= math.log1p(record.threshold)
@@ -483,8 +504,9 @@ class Coordinator:
         keep: they are decided on their pairs alone, and the family may name more than this
         one does; so the look that should decide it must fit in what they leave."""
         est = sequential.estimate(d, self.design)
-        kept = (0.0 if self.schedule is None else shares.reserved_for_family(
-            record.name, self.deadline - now, self.schedule, set(self.records)))
+        # A member that left the family (`_member_stop`) is not kept from the later members'
+        # time there, nor here.
+        kept = 0.0 if record.left_family_at else self._kept_for_family(record.name, now)
         left_s = self.deadline - now - kept
         if not takes_the_rest(est, self.design, record.threshold, per_pair, left_s):
             if record.focused and est is not None:
@@ -501,6 +523,14 @@ class Coordinator:
                                f"CI [{est.ci_low:.3f}, {est.ci_high:.3f}] after {est.n}): "
                                "it may take the rest of the budget", force=True)
         return max(share, self.deadline - started - kept)
+
+    def _kept_for_family(self, nodeid: str, now: float) -> float:
+        """What the family members after `nodeid` that have not started keep of the time
+        left (`shares.reserved_for_family`)."""
+        if self.schedule is None:
+            return 0.0
+        return shares.reserved_for_family(nodeid, self.deadline - now, self.schedule,
+                                          set(self.records))
 
     def finish(self) -> None:
         """Let each side end its session (save its run) in turn."""

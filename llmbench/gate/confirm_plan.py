@@ -26,7 +26,8 @@ runs show slower beyond their noise, within the threshold (`slower_undecided`), 
 with the slower ones, by its cost: a slowdown of the decode loop slows every case that
 decodes, and on a machine that drifted slower since the baseline the cases it slows most
 are "not confirmed" while the decode benchmarks, cheapest to decide and the purest signal,
-are only "slower by 7%-32%"; ranked behind the others they were never reached. What the
+are only "slower by" a range that straddles the threshold; ranked behind the others they
+were never reached. What the
 budget leaves after the slower benchmarks goes to the rest of the undecided (costed, like
 the slower ones within the noise, at the first look that can clear them), cheapest first,
 with nothing reserved for them (`ab.shares.Schedule.unreserved`). An undecided benchmark
@@ -49,7 +50,7 @@ from dataclasses import dataclass
 
 from llmbench import runs
 from llmbench.gate import family
-from llmbench.gate.sequential import DEFAULT_MAX_PAIRS, Design
+from llmbench.gate.sequential import DEFAULT_MAX_PAIRS, Design, fewest_for_regression
 from llmbench.gate.stats import Comparison, Verdict
 
 # A pair costs both rounds and the turn-taking around them (the worker's handshake, the
@@ -102,16 +103,6 @@ class Plan:
 def _log_sd(samples: Sequence[float]) -> float:
     logs = [math.log(s) for s in samples if s > 0]
     return statistics.stdev(logs) if len(logs) > 1 else 0.0
-
-
-def fewest_for_regression(design: Design, family: int) -> int:
-    """The first look at which an A/B over candidates of a family of `family`, at their share
-    of alpha, can call a regression: n pairs all one way give the signed-rank p = 2 / 2^n,
-    which times the looks (the sequential p) must be at most alpha / family. (8 pairs can
-    never do it; a family of 17 needs 18.)"""
-    return next((look for look in design.looks
-                 if len(design.looks) * 2 / 2 ** look <= design.alpha / family),
-                design.looks[-1])
 
 
 def fewest_to_clear(design: Design) -> int:

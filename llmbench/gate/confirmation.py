@@ -57,15 +57,20 @@ class Family:
     pairs: int  # each member's pairs
     alpha: float  # the closed test's level: the members' shares of alpha
     regression: tuple[str, ...]  # the members it named, sorted
+    # Members whose pairs pointed at a regression, so they left the family to be decided
+    # alone on fresh pairs (`ab.focus.leaves_family`), sorted.
+    decided_alone: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {"benchmarks": list(self.benchmarks), "pairs": self.pairs, "alpha": self.alpha,
-                "regression": list(self.regression)}
+                "regression": list(self.regression),
+                **({"decided_alone": list(self.decided_alone)} if self.decided_alone else {})}
 
     @classmethod
     def from_json(cls, data: Mapping) -> Family:
         return cls(tuple(data.get("benchmarks") or ()), int(data.get("pairs") or 0),
-                   float(data.get("alpha") or 0.0), tuple(data.get("regression") or ()))
+                   float(data.get("alpha") or 0.0), tuple(data.get("regression") or ()),
+                   tuple(data.get("decided_alone") or ()))
 
 
 def _cleared(data) -> Cleared | None:

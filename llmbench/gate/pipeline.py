@@ -171,20 +171,29 @@ def request(result: GateResult, budget_s: float | None) -> Request | Confirmatio
                    options=options, clearing_alpha=result.options.alpha, budget_s=budget_s)
 
 
-def _together(chosen: confirm_plan.Plan, pairing: Mapping | None,
+def _together(asked: Request, pairing: Mapping | None,
               judged: dict[str, Comparison]) -> Family | None:
     """The family's members judged together on their pairs (`gate.family`), `judged`
     updated in place: a member named is a regression, one not named and not otherwise
     decided says so. What the confirmation records of the family; None without one."""
+    chosen = asked.plan
     if not chosen.family:
         return None
     records = {r["name"]: r for r in (pairing or {}).get("benchmarks", ())
                if r["name"] in chosen.family}
+    left = {name: r["left_family_at"] for name, r in records.items()
+            if r.get("left_family_at")}
+    for name, at in left.items():
+        if name in judged:
+            judged[name] = _decided_alone(asked, judged[name], records[name], at)
+    stayed = [name for name in chosen.family if name not in left]
+    level = chosen.family_level * len(stayed) / len(chosen.family)
     ratios = {name: sequential.log_ratios(r["baseline"], r["candidate"])
-              for name, r in records.items() if r["baseline"] and r["candidate"]}
+              for name, r in records.items()
+              if name not in left and r["baseline"] and r["candidate"]}
     members = family.decide(ratios, {name: r["threshold"] for name, r in records.items()},
-                            chosen.family_level, chosen.family_pairs)
-    for name in chosen.family:
+                            level, chosen.family_pairs) if ratios else {}
+    for name in stayed:
         c, member = judged.get(name), members.get(name)
         if c is None:
             continue
@@ -195,7 +204,7 @@ def _together(chosen: confirm_plan.Plan, pairing: Mapping | None,
                     "it"))
             continue
         words = (f"{len(members)} members, {member.pairs} pairs each, P_adj="
-                 f"{member.p_adjusted:.2g} at alpha {chosen.family_level:.2g}")
+                 f"{member.p_adjusted:.2g} at alpha {level:.2g}")
         if member.regression:
             judged[name] = dataclasses.replace(
                 c, verdict=Verdict.REGRESSION, ratio=member.ratio, ci_low=member.ci_low,
@@ -211,8 +220,29 @@ def _together(chosen: confirm_plan.Plan, pairing: Mapping | None,
             judged[name] = dataclasses.replace(
                 c, reason=f"{c.reason}; not named with its family ({words}): a subset that "
                           "holds it is not past the threshold")
-    return Family(tuple(sorted(members)), chosen.family_pairs, chosen.family_level,
-                  tuple(sorted(name for name, m in members.items() if m.regression)))
+    return Family(tuple(sorted(members)), chosen.family_pairs, level,
+                  tuple(sorted(name for name, m in members.items() if m.regression)),
+                  decided_alone=tuple(sorted(left)))
+
+
+def _decided_alone(asked: Request, paired: Comparison, record: Mapping, at: int
+                   ) -> Comparison:
+    """A family member whose first `at` pairs pointed at a regression, so it left the family
+    (`ab.focus.leaves_family`), judged alone on the pairs after them, at its own share of
+    alpha: the pairs that chose it are never judged again. The family is then judged at
+    the shares of those that stayed (`_together`). `paired`: the A/B's own verdict, on every
+    pair."""
+    name = record["name"]
+    share = sequential.Design(alpha=asked.options.alpha / max(1, len(asked.first_looks)))
+    [c] = sequential.judge_family(
+        {name: (record["baseline"][at:], record["candidate"][at:])},
+        {name: record["threshold"]}, share,
+        clearing=sequential.Design(alpha=asked.clearing_alpha))
+    return dataclasses.replace(
+        paired, verdict=c.verdict, ratio=c.ratio, ci_low=c.ci_low, ci_high=c.ci_high,
+        p_value=c.p_value, p_adjusted=c.p_adjusted, rounds_needed=c.rounds_needed,
+        n_pairs=c.n_pairs, reason=f"{c.reason}; decided alone on the pairs after the {at} "
+                                  "that made it leave its family")
 
 
 def _moved(result: GateResult, asked: Request, pairing: Mapping | None,
@@ -263,7 +293,7 @@ def conclude(result: GateResult, asked: Request, paired: GateResult, seconds: fl
     decided together), those the budget left out, with no pair, and the machine's move the
     pairs measured, which may clear those they did not decide."""
     judged = {c.name: c for c in paired.comparisons if c.n_pairs}
-    together = _together(asked.plan, paired.pairing, judged)
+    together = _together(asked, paired.pairing, judged)
     return Confirmation(
         Status.RAN, against=asked.commit, baseline=run_stamp(result.baseline),
         benchmarks=tuple(judged), left=tuple(name for name in asked.keys if name not in judged),

@@ -248,9 +248,16 @@ def _family_words(together: Family | None) -> str:
     """What the family decided together (`gate.family`), for the confirmation's line."""
     if together is None:
         return ""
-    return (f"; {len(together.benchmarks)} slower benchmark(s) decided together "
-            f"({together.pairs} pairs each, a closed test at alpha {together.alpha:.2g}): "
-            f"{len(together.regression)} named a regression")
+    parts = []
+    if together.benchmarks or not together.decided_alone:
+        parts.append(f"{len(together.benchmarks)} slower benchmark(s) decided together "
+                     f"({together.pairs} pairs each, a closed test at alpha "
+                     f"{together.alpha:.2g}): {len(together.regression)} named a regression")
+    if (alone := len(together.decided_alone)):
+        parts.append(f"{alone} {'more ' if parts else ''}slower benchmark(s) left the family "
+                     "after its pairs to be decided alone, their pairs pointing at a "
+                     "regression")
+    return "".join(f"; {part}" for part in parts)
 
 
 def header_lines(result: GateResult) -> list[str]:

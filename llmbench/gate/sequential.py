@@ -109,6 +109,16 @@ class Design:
         return next((k for k in self.looks if k > n), None)
 
 
+def fewest_for_regression(design: Design, family: int) -> int:
+    """The first look at which an A/B over candidates of a family of `family`, at their share
+    of alpha, can call a regression: n pairs all one way give the signed-rank p = 2 / 2^n,
+    which times the looks (the sequential p) must be at most alpha / family. (8 pairs can
+    never do it; a family of 17 needs 18.)"""
+    return next((look for look in design.looks
+                 if len(design.looks) * 2 / 2 ** look <= design.alpha / family),
+                design.looks[-1])
+
+
 EXACT_UP_TO = 150  # pairs; beyond, the signed-rank statistic is taken as normal
 _ARE = 3 / math.pi  # efficiency of the signed-rank test against t on normal data
 
