@@ -4,6 +4,7 @@ cheapest to decide first (llmbench.gate.confirm_plan), on seeded synthetic runs.
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 
 import numpy as np
@@ -436,9 +437,12 @@ def test_decode_shown_slower_within_the_threshold_is_paired_before_the_unshown(m
     assert decode == sorted([CHEAP, DEAR])
     assert {c.name: c.verdict for c in result.comparisons if c.name in decode} == {
         CHEAP: Verdict.INCONCLUSIVE, DEAR: Verdict.INCONCLUSIVE}
-    calls = []
+    calls, log = [], io.StringIO()
     _fake_ab(monkeypatch, base, cand, calls, reach=3)
-    confirmed = _confirm(result, pytest_args=["--model=tiny"], budget_s=60)
+    confirmed = _confirm(result, pytest_args=["--model=tiny"], budget_s=60, log=log)
+    assert ("confirming 2 of 2 slower benchmark(s) and 2 shown slower within the threshold, "
+            "stored regressions first, then cheapest to decide, by a paired A/B"
+            in log.getvalue())
     schedule = calls[0]["schedule"]
     assert sorted(list(schedule)[:2]) == sorted(PREFILL)  # the stored regressions first
     assert list(schedule)[2:] == [CHEAP, DEAR] and not schedule.unreserved

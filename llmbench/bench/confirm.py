@@ -73,10 +73,17 @@ def _say(log: TextIO | None, asked: Request, scheduled: int, undecided: int) -> 
     if log is None:
         return
     chosen, slower = asked.plan, len(asked.slower)
-    what = (f"{scheduled} of {slower} slower benchmark(s), stored regressions first, then "
-            "cheapest to decide" if slower else "")
+    # Those the stored runs show slower within the threshold are scheduled with the slower
+    # ones (`confirm_plan`), though they stay undecided (`Request.undecided`).
+    reserved = sum(name in chosen.estimates for name in asked.slower)
+    shown = scheduled - reserved
+    slower_words = [f"{reserved} of {slower} slower benchmark(s)" if slower else "",
+                    f"{shown} shown slower within the threshold" if shown else ""]
+    what = " and ".join(w for w in slower_words if w)
+    if what:
+        what += ", stored regressions first, then cheapest to decide"
     if undecided:
-        what += (f"{', then ' if slower else ''}{undecided} the stored runs could not "
+        what += (f"{', then ' if what else ''}{undecided} the stored runs could not "
                  "decide, on what is left")
     together = (f"; {len(chosen.family)} the budget cannot decide alone are decided "
                 f"together, {chosen.family_pairs} pairs each" if chosen.family else "")
