@@ -264,20 +264,23 @@ def test_a_stored_regression_the_budget_left_out_is_not_confirmed_here_and_in_co
     assert {c.name: c.verdict for c in again} == {k: c.verdict for k, c in verdicts.items()}
 
 
-def _family_ab(monkeypatch, base, cand, factor, left_family=False):
+def _family_ab(monkeypatch, base, cand, factor, left_family=False, spread=0.01, seed=7,
+               calls=None):
     """Stands for `run_ab`: the one decided alone confirmed on 18 pairs, each family member
     given its pairs, `factor` times slower on the candidate (a seeded spread). With
     `left_family`, each member's pairs pointed at a regression: it left the family after them
     and took 18 more (the A/B's own verdict, on every pair, says regression)."""
     def fake_ab(rev, **kw):
+        if calls is not None:
+            calls.append(kw)
         schedule = kw["schedule"]
-        rng = np.random.default_rng(7)
+        rng = np.random.default_rng(seed)
         records = []
         pairs = schedule.family_pairs + (18 if left_family else 0)
         for name in schedule.family:
-            b = [0.3 * math.exp(rng.normal(0, 0.01)) for _ in range(pairs)]
+            b = [0.3 * math.exp(rng.normal(0, spread)) for _ in range(pairs)]
             records.append({"name": name, "threshold": 0.10, "baseline": b,
-                            "candidate": [x * factor * math.exp(rng.normal(0, 0.01))
+                            "candidate": [x * factor * math.exp(rng.normal(0, spread))
                                           for x in b],
                             "left_family_at": schedule.family_pairs if left_family else 0})
         names = [a for a in kw["pytest_args"] if "::" in a]
@@ -496,3 +499,33 @@ def test_a_member_that_left_is_judged_on_its_fresh_pairs_only(monkeypatch):
                          budget_s=wide.start_s + cheap.seconds + 1)
     after = {c.name: c for c in confirmed.comparisons}[dear.name]
     assert after.verdict is not Verdict.REGRESSION
+
+
+def test_a_member_that_left_is_judged_as_the_ab_stops_one_decided_alone(monkeypatch):
+    """Its fresh pairs, 15% slower and noisy, over many seeds: the gate calls a
+    regression exactly where the coordinator's own rule for a benchmark decided alone stops
+    on one (`sequential.stop_decision`: its alpha, split over the benchmarks it pairs)."""
+    base, cand = _run(1, A, scale=20), _run(2, B, factors={"decode": 1.5}, scale=20)
+    wide = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
+    cheap, dear = sorted(wide.estimates.values(), key=lambda e: e.seconds)
+    outcomes = set()
+    for seed in range(12):
+        calls = []
+        _family_ab(monkeypatch, base, cand, 1.15, left_family=True, spread=0.05, seed=seed,
+                   calls=calls)
+        confirmed = _confirm(gate.compare_runs(base, cand), pytest_args=["--model=tiny"],
+                             budget_s=wide.start_s + cheap.seconds + 1)
+        [kw] = calls
+        assert kw["schedule"].family == {dear.name}
+        rng = np.random.default_rng(seed)  # the fake's pairs, drawn again
+        pairs = kw["schedule"].family_pairs + 18
+        b = [0.3 * math.exp(rng.normal(0, 0.05)) for _ in range(pairs)]
+        c = [x * 1.15 * math.exp(rng.normal(0, 0.05)) for x in b]
+        at = kw["schedule"].family_pairs
+        stop = sequential.stop_decision(sequential.log_ratios(b[at:], c[at:]),
+                                        sequential.Design(alpha=kw["options"].alpha), 0.10,
+                                        len(kw["schedule"]))
+        after = {x.name: x for x in confirmed.comparisons}[dear.name]
+        assert (after.verdict is Verdict.REGRESSION) is (stop is Verdict.REGRESSION), seed
+        outcomes.add(after.verdict)
+    assert Verdict.REGRESSION in outcomes and len(outcomes) > 1  # the seeds straddle it

@@ -396,7 +396,8 @@ class Coordinator:
             per_pair = spent / index
             if together and not record.left_family_at:
                 record.stopped = self._member_stop(record, d, allowed - spent, per_pair)
-                if record.left_family_at:  # decided alone from now on, focused
+                if record.left_family_at:  # decided alone from now on: the rest of the
+                    # budget is open to it up to its first fresh look (`_allowance`)
                     allowed = max(allowed, self.deadline - started)
             else:
                 # One that left its family is judged on the pairs after it left, never on

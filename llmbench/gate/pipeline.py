@@ -228,16 +228,19 @@ def _together(asked: Request, pairing: Mapping | None,
 def _decided_alone(asked: Request, paired: Comparison, record: Mapping, at: int
                    ) -> Comparison:
     """A family member whose first `at` pairs pointed at a regression, so it left the family
-    (`ab.focus.leaves_family`), judged alone on the pairs after them, at its own share of
-    alpha: the pairs that chose it are never judged again. The family is then judged at
-    the shares of those that stayed (`_together`). `paired`: the A/B's own verdict, on every
-    pair."""
+    (`ab.focus.leaves_family`), judged alone on the pairs after them as the A/B judges a
+    benchmark decided alone (its alpha, Holm over the benchmarks it paired, here the
+    strictest step: the others count as unpaired): the pairs that chose it are never
+    judged again. The family is then judged at the shares of those that stayed
+    (`_together`). `paired`: the A/B's own verdict, on every pair."""
     name = record["name"]
-    share = sequential.Design(alpha=asked.options.alpha / max(1, len(asked.first_looks)))
-    [c] = sequential.judge_family(
-        {name: (record["baseline"][at:], record["candidate"][at:])},
-        {name: record["threshold"]}, share,
-        clearing=sequential.Design(alpha=asked.clearing_alpha))
+    others = {f"{name} (another of the A/B's)#{i}": ((), ())
+              for i in range(len(asked.first_looks) - 1)}
+    pairs = {name: (record["baseline"][at:], record["candidate"][at:]), **others}
+    c = sequential.judge_family(
+        pairs, {k: record["threshold"] for k in pairs},
+        sequential.Design(alpha=asked.options.alpha),
+        clearing=sequential.Design(alpha=asked.clearing_alpha))[0]
     return dataclasses.replace(
         paired, verdict=c.verdict, ratio=c.ratio, ci_low=c.ci_low, ci_high=c.ci_high,
         p_value=c.p_value, p_adjusted=c.p_adjusted, rounds_needed=c.rounds_needed,
