@@ -74,9 +74,8 @@ def leaves_family(d: Sequence[float], design: sequential.Design, threshold: floa
     if d.size < 2:
         return False
     centre, low, high = sequential.walsh_interval(d, design.alpha)
-    scale = 1.4826 * float(np.median(np.abs(d - np.median(d))))
-    est = sequential.PairedEstimate(n=0, centre=centre, scale=scale, p_value=1.0,
-                                    ci_low=math.exp(low), ci_high=math.exp(high))
+    est = sequential.PairedEstimate(n=0, centre=centre, scale=sequential.robust_scale(d),
+                                    p_value=1.0, ci_low=math.exp(low), ci_high=math.exp(high))
     look = deciding_look(est, design, threshold)
     if look is None:
         return False

@@ -221,6 +221,13 @@ def log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> np.ndar
     return np.log(c) - np.log(b)
 
 
+def robust_scale(d: Sequence[float]) -> float:
+    """The robust spread of log-ratios `d`: 1.4826 times their median absolute deviation (the
+    standard deviation, for normal noise, that one outlying pair does not move)."""
+    d = np.asarray(d, float)
+    return 1.4826 * float(np.median(np.abs(d - np.median(d))))
+
+
 def estimate(d: Sequence[float], design: Design) -> PairedEstimate | None:
     """The judgement of log-ratios `d` at the last look they reach; None before the first."""
     d = np.asarray(d, float)
@@ -232,7 +239,7 @@ def estimate(d: Sequence[float], design: Design) -> PairedEstimate | None:
     smallest_p = min(_signed_rank_p(d[:k]) for k in reached)
     last = d[:reached[-1]]
     centre, low, high = walsh_interval(last, design.look_alpha)
-    scale = 1.4826 * float(np.median(np.abs(last - np.median(last))))
+    scale = robust_scale(last)
     return PairedEstimate(n=reached[-1], centre=centre, scale=scale,
                           p_value=min(1.0, len(design.looks) * smallest_p),
                           ci_low=math.exp(low), ci_high=math.exp(high))
