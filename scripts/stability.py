@@ -3,6 +3,7 @@
     python scripts/stability.py spread OUT --processes 4 [--env NAME=VALUE ...] \
         [--taskset CPUS] -- [PYTEST_ARGS]
     python scripts/stability.py table OUT [OUT ...]
+    python scripts/stability.py runs RUN.json RUN.json [...]
     python scripts/stability.py watch [--cycles 150] [--processes 1] [--json FILE]
 
 `spread` runs the benchmark suite (`pytest --benchmark-only --no-save`, plus PYTEST_ARGS) in
@@ -14,6 +15,16 @@ process's log median, averaged over processes), and their ratio: a ratio near 1 
 rounds see all the noise there is; far above 1, each process settles into a speed of its own
 that its rounds cannot see. Several OUT folders print one column group each, so conditions
 read side by side.
+
+`runs` reads saved runs of the same code (a store's numbered runs, hours apart) and prints the
+spread of each benchmark's median between them, as the stable-measurements pages report it:
+the raw spread (median, 90th percentile and worst over the benchmarks), the control
+workload's, the part every benchmark of a run shares (the run's median move, which the
+host's speed makes), and the residual, each benchmark's own move beyond its run's (the part
+that differs from case to case and process to process), beside the standard error the runs'
+rounds give each median: a residual no larger is the rounds' noise, not a state a run or a
+process adds. Each run's control factor and shared move are listed first, so a host that
+moved shows as both moving together.
 
 `watch` separates the host from the process: in each of `--processes` fresh processes it warms
 the suite's model as the suite's fixture does, then times a few workloads (prefill of 32 and
@@ -37,6 +48,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,6 +80,11 @@ def _spread(args: argparse.Namespace) -> int:
     return 0
 
 
+def _median_se(logs: list[float]) -> float:
+    """The standard error of the median of `logs`: about 1.2533 times that of their mean."""
+    return 1.2533 * statistics.stdev(logs) / math.sqrt(len(logs))
+
+
 def _processes(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("p*.json"))]
 
@@ -87,9 +105,7 @@ def _figures(folder: Path) -> tuple[dict[str, tuple[float, float, float]], list[
                 continue
             name = bench["fullname"].split("::")[-1]
             medians.setdefault(name, []).append(statistics.median(logs))
-            # The standard error of a median: about 1.2533 times that of a mean.
-            within.setdefault(name, []).append(1.2533 * statistics.stdev(logs)
-                                               / math.sqrt(len(logs)))
+            within.setdefault(name, []).append(_median_se(logs))
     figures = {}
     for name, logs in medians.items():
         if len(logs) >= 2:
@@ -126,6 +142,36 @@ def _table(args: argparse.Namespace) -> int:
         print(f"\n{folder.name}: {len(_processes(folder))} processes; between-process spread "
               f"median {statistics.median(spreads):.1%}, worst {spreads[-1]:.1%} ({worst})"
               f"{control}")
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    runs = [json.loads(Path(path).read_text()) for path in args.run]
+    names = sorted(set.intersection(*({b["fullname"] for b in run["benchmarks"]}
+                                      for run in runs)))
+    logs = np.array([[math.log(next(b["stats"]["median"] for b in run["benchmarks"]
+                                    if b["fullname"] == name)) for run in runs]
+                     for name in names])  # benchmarks x runs
+    deviations = logs - logs.mean(axis=1, keepdims=True)
+    shared = np.median(deviations, axis=0)  # each run's move, shared by its benchmarks
+    residual = deviations - shared
+    controls = np.log([statistics.median(run["llmbench"]["control_s"]) for run in runs])
+    for run, move, control in zip(runs, shared, controls - controls.mean(), strict=True):
+        print(f"{run['datetime'][:16]} {run['commit_info']['id'][:8]}: shared move "
+              f"x{math.exp(move):.3f}, control x{math.exp(control):.3f}")
+    raw, own = deviations.std(axis=1, ddof=1), residual.std(axis=1, ddof=1)
+    # The standard error each run's rounds give its median, averaged over the runs: a
+    # residual near it is the rounds' own noise, nothing a run or process adds.
+    rounds_se = np.array([statistics.mean(
+        _median_se([math.log(x) for x in data])
+        for data in (next(b["stats"]["data"] for b in run["benchmarks"] if b["fullname"] == name)
+                     for run in runs)) for name in names])
+    print(f"\n{len(runs)} runs, {len(names)} benchmarks (SD of log medians): median "
+          f"{np.median(raw):.2%}, 90th pct {np.percentile(raw, 90):.2%}, worst {raw.max():.2%} "
+          f"({names[int(raw.argmax())].split('::')[-1]}); control {controls.std(ddof=1):.2%}; "
+          f"shared move {shared.std(ddof=1):.2%}; residual median {np.median(own):.2%}, worst "
+          f"{own.max():.2%} ({names[int(own.argmax())].split('::')[-1]}); residual over "
+          f"the rounds' standard error: median x{np.median(own / rounds_se):.2f}")
     return 0
 
 
@@ -234,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     table = sub.add_parser("table", help="between- against within-process spread")
     table.add_argument("out", nargs="+")
     table.set_defaults(func=_table)
+    runs = sub.add_parser("runs", help="between-run spread of saved runs of one code")
+    runs.add_argument("run", nargs="+", metavar="RUN.json")
+    runs.set_defaults(func=_runs)
     watch = sub.add_parser("watch", help="the host's speed against the process's, over time")
     watch.add_argument("--cycles", type=int, default=150)
     watch.add_argument("--processes", type=int, default=1)
