@@ -461,7 +461,7 @@ def test_an_undecided_benchmark_without_measured_noise_is_not_shown_slower():
 
 
 def test_a_member_whose_pairs_pointed_at_a_regression_is_decided_alone(monkeypatch):
-    """It left the family after its few pairs (`ab.focus.leaves_family`): it is judged on
+    """It left the family after its few pairs (`ab.focus.leaving_look`): it is judged on
     the pairs after them alone, at its share of alpha, and the family, of none left, names
     nothing. A member no slower is not named on its fresh pairs, whatever the A/B said of
     all its pairs."""

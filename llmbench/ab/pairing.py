@@ -56,7 +56,7 @@ from typing import TextIO
 
 from llmbench.ab import cpus, pair_worker, shares
 from llmbench.ab.checkout import ABError, Checkout, check_imports, check_pytest_args, side_env
-from llmbench.ab.focus import leaves_family, takes_the_rest
+from llmbench.ab.focus import leaving_look, takes_the_rest
 from llmbench.ab.pair_worker import Channel
 from llmbench.engine import disturbance
 from llmbench.gate import sequential
@@ -113,14 +113,17 @@ class BenchmarkRecord:
     focused: bool = False  # whether it holds the rest of the budget now
     disturbed: int = 0  # pairs dropped because other work disturbed a round of theirs
     # A family member's pairs when they pointed at a regression the time left should decide,
-    # so it left the family to be decided alone (`focus.leaves_family`); 0: it did not.
+    # so it left the family to be decided alone (`focus.leaving_look`); 0: it did not.
     left_family_at: int = 0
+    # The look of its fresh pairs it may go on to once it left, chosen from the pairs that
+    # chose it; 0: it did not leave.
+    left_for_look: int = 0
 
     def to_json(self, workers: dict[str, Worker]) -> dict:
         return {"name": self.name, "group": self.group, "threshold": self.threshold,
                 "stopped": self.stopped, "seconds": round(self.seconds, 3),
                 "focused_at": self.focused_at, "disturbed": self.disturbed,
-                "left_family_at": self.left_family_at,
+                "left_family_at": self.left_family_at, "left_for_look": self.left_for_look,
                 **{w.name: w.timed.get(self.name, []) for w in workers.values()}}
 
 
@@ -401,7 +404,7 @@ class Coordinator:
                     allowed = max(allowed, self.deadline - started)
             else:
                 # One that left its family is judged on the pairs after it left, never on
-                # those that chose it (`focus.leaves_family`).
+                # those that chose it (`focus.leaving_look`).
                 d = d[record.left_family_at:]
                 record.stopped = self._alone_stop(record, d, m, per_pair, spent, allowed)
                 if not record.stopped and self.focus and self.design.is_look(d.size):
@@ -450,15 +453,16 @@ class Coordinator:
             return CLEARED
         # What the later members keep is not kept from it: one regression named fails the
         # run, where their pairs, a few each, would only name more.
-        if n == wanted and self.focus and leaves_family(
-                d, self.design, record.threshold, self.progress.total, per_pair,
-                self.deadline - time.monotonic()):
+        look = self.focus and n == wanted and leaving_look(
+            d, self.design, record.threshold, self.progress.total, per_pair,
+            self.deadline - time.monotonic())
+        if look:
             centre, low, high = sequential.walsh_interval(d, self.design.alpha)
-            record.left_family_at = n
+            record.left_family_at, record.left_for_look = n, look
             self.progress.show(f"; {record.name}: slower in its family's pairs (x"
                                f"{math.exp(centre):.3f}, CI [{math.exp(low):.3f}, "
                                f"{math.exp(high):.3f}] after {n}): it leaves the family to be "
-                               "decided alone on fresh pairs", force=True)
+                               f"decided alone on up to {look} fresh pairs", force=True)
             return ""
         first = self.design.looks[0]
         centre, _, _ = sequential.walsh_interval(d, self.design.look_alpha)
@@ -504,6 +508,10 @@ class Coordinator:
         (`focus`), else its share. The rest is what the family members still to come do not
         keep: they are decided on their pairs alone, and the family may name more than this
         one does; so the look that should decide it must fit in what they leave."""
+        if d.size < record.left_for_look:
+            # It left its family for this look (`focus.leaving_look`): fewer fresh pairs are
+            # too few to re-estimate it from, and it already holds the rest of the budget.
+            return max(share, self.deadline - started)
         est = sequential.estimate(d, self.design)
         # A member that left the family (`_member_stop`) is not kept from the later members'
         # time there, nor here.

@@ -58,7 +58,7 @@ class Family:
     alpha: float  # the closed test's level: the members' shares of alpha
     regression: tuple[str, ...]  # the members it named, sorted
     # Members whose pairs pointed at a regression, so they left the family to be decided
-    # alone on fresh pairs (`ab.focus.leaves_family`), sorted.
+    # alone on fresh pairs (`ab.focus.leaving_look`), sorted.
     decided_alone: tuple[str, ...] = ()
 
     def to_json(self) -> dict:

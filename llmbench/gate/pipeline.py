@@ -228,7 +228,7 @@ def _together(asked: Request, pairing: Mapping | None,
 def _decided_alone(asked: Request, paired: Comparison, record: Mapping, at: int
                    ) -> Comparison:
     """A family member whose first `at` pairs pointed at a regression, so it left the family
-    (`ab.focus.leaves_family`), judged alone on the pairs after them as the A/B judges a
+    (`ab.focus.leaving_look`), judged alone on the pairs after them as the A/B judges a
     benchmark decided alone (its alpha, Holm over the benchmarks it paired, here the
     strictest step: the others count as unpaired): the pairs that chose it are never
     judged again. The family is then judged at the shares of those that stayed
