@@ -145,10 +145,28 @@ def _table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _saved_run(path: str) -> dict:
+    """A run llmbench's suite saved, or exit with one line saying why `path` is not one."""
+    try:
+        run = json.loads(Path(path).read_text())
+        if run["benchmarks"] and run["llmbench"]["control_s"] and run["commit_info"]["id"]:
+            return run
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f"stability.py runs: {path}: not a run llmbench's suite saved "
+                         f"({type(error).__name__}: {error})") from None
+    raise SystemExit(f"stability.py runs: {path}: a run with no benchmarks or no control "
+                     "workload")
+
+
 def _runs(args: argparse.Namespace) -> int:
-    runs = [json.loads(Path(path).read_text()) for path in args.run]
+    if len(args.run) < 2:
+        raise SystemExit("stability.py runs: the spread between runs needs two or more saved "
+                         "runs of one code")
+    runs = [_saved_run(path) for path in args.run]
     names = sorted(set.intersection(*({b["fullname"] for b in run["benchmarks"]}
                                       for run in runs)))
+    if not names:
+        raise SystemExit("stability.py runs: these runs share no benchmark")
     logs = np.array([[math.log(next(b["stats"]["median"] for b in run["benchmarks"]
                                     if b["fullname"] == name)) for run in runs]
                      for name in names])  # benchmarks x runs
