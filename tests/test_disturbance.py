@@ -5,6 +5,7 @@ out of every verdict, and the run counts it."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -70,30 +71,70 @@ def _cpu_s(pid: int) -> float:
         return d.cpu_ticks(fh.read()) * TICK
 
 
+SPIN = "while True: pass"
+
+
+def _stranger(code: str) -> int:
+    """The pid of a Python process running `code` that is no descendant of ours: started by
+    a shell that exits at once, as another user's job would be."""
+    shell = subprocess.run(["sh", "-c", f'"{sys.executable}" -c "{code}" >/dev/null 2>&1 & '
+                            "echo $!"], capture_output=True, text=True, check=True)
+    return int(shell.stdout)
+
+
+def _burn(seconds: float) -> list[str]:
+    return [sys.executable, "-c", "import time\nt = time.process_time() + "
+            f"{seconds}\nwhile time.process_time() < t: pass"]
+
+
 def test_a_co_runner_is_seen():
     """A planted co-runner: a busy loop on our CPUs while a round runs. Whatever else the
     machine does (the other test workers), the window must count at least the co-runner's
     CPU time as others', and the round as disturbed. (At nice 19 beside busy test workers
     it would hardly run; docs/measurements/2026-12-03-stable-measurements.md shows one at
     nice 19 beside the suite.)"""
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    spinner = _stranger(SPIN)
     try:
         time.sleep(0.2)
-        started = _cpu_s(spinner.pid)
+        started = _cpu_s(spinner)
         rounds = d.Rounds()
         rounds.open()
         deadline = time.perf_counter() + 1.0
         while time.perf_counter() < deadline:
             pass
         rounds.close()
-        ran = _cpu_s(spinner.pid) - started
+        ran = _cpu_s(spinner) - started
     finally:
-        spinner.kill()
-        spinner.wait()
+        os.kill(spinner, signal.SIGKILL)
     (w,) = rounds.windows
     assert ran > 0.02, "the co-runner never ran"
     assert w.others_s >= ran - 3 * TICK
     assert rounds.disturbed() == [0]
+
+
+def test_the_processes_we_start_are_ours_not_others():
+    """A child that works through a window (a load client the benchmark spawns), one that
+    ends and is waited for inside it, and a grandchild: their CPU time is ours."""
+    rounds = d.Rounds()
+    live = subprocess.Popen(_burn(5.0))
+    try:
+        time.sleep(0.2)
+        rounds.open()
+        live_before = _cpu_s(live.pid)
+        subprocess.run(_burn(0.3), check=True)  # a child that ends inside the window
+        # a grandchild, waited for by its parent inside the window
+        subprocess.run([sys.executable, "-c", "import subprocess; "
+                        f"subprocess.run({_burn(0.3)!r}, check=True)"], check=True)
+        time.sleep(0.3)
+        live_ran = _cpu_s(live.pid) - live_before
+        rounds.close()
+    finally:
+        live.kill()
+        live.wait()
+    (w,) = rounds.windows
+    assert live_ran > 0.1, "the live child never ran"
+    # Without the children our own threads, which mostly waited, would be all there is.
+    assert w.own_s >= 0.6 + live_ran - 4 * TICK
 
 
 def test_the_default_share_comes_from_the_environment(monkeypatch):

@@ -7,7 +7,11 @@ from a slow process. The kernel can. Around each window (a round) this reads:
 
 - `/proc/stat`, each CPU this process may run on: the time those CPUs were busy, and the
   time the hypervisor took them for other guests (steal);
-- `/proc/self/stat`: the CPU time this process's threads ran.
+- `/proc/self/stat`: the CPU time this process's threads ran, with that of the processes
+  it started (its live descendants' from their own `/proc/PID/stat`, found through
+  `/proc/PID/task/TID/children`; those that ended and were waited for, from its children's
+  fields): a load client the benchmark spawns, or a compile worker, is its work, not a
+  co-runner.
 
 Both count in clock ticks, sampled alike, so the busy time less this process's is what other
 processes (and the kernel working for them) ran on our CPUs. A window is *disturbed* when
@@ -22,6 +26,7 @@ into both sides of an A/B, whose own revision may predate it.
 
 from __future__ import annotations
 
+import glob
 import os
 import time
 from dataclasses import dataclass
@@ -56,7 +61,7 @@ class Reading:
 
     busy: int
     steal: int
-    own: int
+    own: int  # this process and its descendants
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ class Window:
     cpus: int
     others_s: float  # CPU time other processes ran on our CPUs
     steal_s: float  # CPU time the hypervisor gave away
-    own_s: float  # CPU time this process's threads ran
+    own_s: float  # CPU time this process's threads (and its descendants) ran
 
     @property
     def capacity_s(self) -> float:
@@ -110,6 +115,9 @@ def is_available() -> bool:
 def read(cpus: frozenset[int] | None = None) -> Reading | None:
     """The counters now, summed over `cpus` (default: ours); None without /proc."""
     cpus = our_cpus() if cpus is None else cpus
+    # A child waited for in the instant between these two reads is counted twice at this
+    # edge; a round waits for the children it starts before it ends, not at its edges.
+    descendants = descendants_ticks(os.getpid())
     try:
         with open("/proc/stat", encoding="ascii") as fh:
             stat = fh.read()
@@ -127,15 +135,43 @@ def read(cpus: frozenset[int] | None = None) -> Reading | None:
         values = [int(v) for v in rest.split()]
         busy += values[0] + values[1] + values[2] + values[5] + values[6]
         steal += values[7] if len(values) > 7 else 0
-    return Reading(busy=busy, steal=steal, own=cpu_ticks(own))
+    return Reading(busy=busy, steal=steal,
+                   own=cpu_ticks(own, waited_children=True) + descendants)
 
 
-def cpu_ticks(stat: str) -> int:
+def cpu_ticks(stat: str, waited_children: bool = False) -> int:
     """A process's CPU time (user + system, all its threads) in ticks, from the text of its
-    /proc/PID/stat. comm, field 2, may hold spaces and parentheses: fields are counted after
-    its closing one."""
+    /proc/PID/stat, with `waited_children` that of its children that ended and were waited
+    for. comm, field 2, may hold spaces and parentheses: fields are counted after its
+    closing one."""
     fields = stat.rpartition(")")[2].split()
-    return int(fields[11]) + int(fields[12])
+    ticks = int(fields[11]) + int(fields[12])
+    return ticks + int(fields[13]) + int(fields[14]) if waited_children else ticks
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            with open(path, encoding="ascii") as fh:
+                found += [int(child) for child in fh.read().split()]
+        except OSError:
+            continue  # a thread that ended while it was listed
+    return found
+
+
+def descendants_ticks(pid: int) -> int:
+    """The CPU time of `pid`'s live descendants in ticks, each with the children it waited
+    for; 0 where the kernel lists no children."""
+    total = 0
+    for child in _children(pid):
+        try:
+            with open(f"/proc/{child}/stat", encoding="ascii") as fh:
+                total += cpu_ticks(fh.read(), waited_children=True)
+        except (OSError, IndexError, ValueError):
+            continue  # it ended between the listing and the read
+        total += descendants_ticks(child)
+    return total
 
 
 def window(before: Reading, after: Reading, wall_s: float, cpus: int) -> Window:
