@@ -17,6 +17,7 @@ from llmbench.engine.config import EngineConfig, SamplingParams
 from llmbench.engine.models import load_model
 from llmbench.engine.prompts import passage, questions
 from llmbench.errors import UserError
+from llmbench.load import client
 from llmbench.load.capacity import (
     BUDGET,
     CLIENT_BEHIND,
@@ -38,6 +39,7 @@ from llmbench.load.objectives import (
 )
 from llmbench.load.result import LoadResult, RequestSample, summary_line
 from llmbench.load.schedule import Arrivals
+from llmbench.load.workers import send_spread
 from llmbench.load.workload import PlannedRequest, Workload, parse_lengths
 from llmbench.serve.app import ServerSettings, create_app, running_server
 
@@ -183,6 +185,19 @@ def test_a_client_behind_its_schedule_is_named_not_blamed_on_the_server():
     assert "client on schedule: lag p50 0.10 ms" in summary_line(on_time.summary())
 
 
+def test_a_late_warm_up_does_not_put_the_client_behind():
+    """The first requests wait for the client's connections; each request is sent at its
+    own offset, so their delay moves no measured one, and only the measured ones judge."""
+    warmup = [_sample(i, 0.1, 0.5, sent=i * 0.1 + 0.08, scheduled=i * 0.1, measured=False)
+              for i in range(2)]
+    measured = [_sample(i, 0.1, 0.5, sent=i * 0.1 + 1e-4, scheduled=i * 0.1)
+                for i in range(2, 8)]
+    kept = _open_level(warmup + measured)
+    assert kept.client_kept_schedule and kept.summary()["lag_ms"]["max"] < 1.0
+    one_late = measured[:-1] + [_sample(7, 0.1, 0.5, sent=0.78, scheduled=0.7)]
+    assert not _open_level(warmup + one_late).client_kept_schedule
+
+
 def test_a_queue_that_grows_through_the_level_is_not_sustained():
     objectives = Objectives({"ttft": 5000.0}, percentile=50)
     # Each request waits 50 ms longer than the one before: a server behind its arrivals.
@@ -211,15 +226,16 @@ class FakeServer:
     """A server that holds its objectives up to `capacity` requests per second; each level
     advances a fake clock by requests / rate, and a second to drain."""
 
-    def __init__(self, capacity: float, lag_from: float = math.inf):
+    def __init__(self, capacity: float, lag_from: float = math.inf, latency_at=None):
         self.capacity, self.lag_from, self.now, self.rates = capacity, lag_from, 0.0, []
         self.objectives = Objectives({"e2e": 1000.0}, percentile=90)
+        self.latency_at = latency_at or (lambda rate: 0.2 if rate <= self.capacity else 5.0)
 
     def run(self, rate: float) -> LoadResult:
         self.rates.append(rate)
         n = self.objectives.minimum_requests
         self.now += n / rate + 1.0
-        latency = 0.2 if rate <= self.capacity else 5.0
+        latency = self.latency_at(rate)
         lag = 0.0 if rate < self.lag_from else 0.5
         samples = [_sample(i, 0.05, latency, sent=i / rate + lag, scheduled=i / rate)
                    for i in range(n)]
@@ -274,6 +290,30 @@ def test_a_level_missed_although_the_client_fell_behind_is_missed():
     answer = _search(server, start_rate=1.0, tolerance=0.1)
     assert answer.behind_rate is None and answer.stopped == NARROW
     assert answer.met_rate <= 5.0 < answer.missed_rate
+
+
+def test_one_rate_for_the_capacity_is_the_middle_of_its_bracket():
+    answer = _search(FakeServer(capacity=13.0), start_rate=1.0, tolerance=0.1)
+    assert answer.estimate_rate() == pytest.approx(
+        math.sqrt(answer.met_rate * answer.missed_rate))
+    assert answer.met_rate < answer.estimate_rate() < answer.missed_rate
+    # Nothing above the highest met was missed: that rate is all the search can claim.
+    behind = _search(FakeServer(capacity=1e9, lag_from=8.0), start_rate=1.0)
+    assert behind.estimate_rate() == behind.met_rate == 4.0
+    assert _search(FakeServer(capacity=0.001), start_rate=1.0,
+                   budget_s=1e6).estimate_rate() is None
+
+
+def test_the_capacity_is_where_the_latency_reaches_the_limit_whatever_rates_were_tried():
+    # Latency grows as rate^2: it reaches the 1000 ms limit at 10 req/s exactly. Searches
+    # from different starts bracket it differently; the estimate does not follow the grid.
+    def server():
+        return FakeServer(capacity=math.inf, latency_at=lambda rate: (rate / 10.0) ** 2)
+
+    for start in (0.7, 1.0, 1.3, 3.1):
+        answer = _search(server(), start_rate=start, tolerance=0.3)
+        assert answer.met_rate < 10.0 < answer.missed_rate
+        assert answer.estimate_rate() == pytest.approx(10.0, rel=1e-6)
 
 
 # -- against a live server -------------------------------------------------------------
@@ -467,9 +507,25 @@ def test_workers_share_one_schedule_from_one_moment(live, lm):
     assert all(s.output_tokens == 3 for s in result.samples)
 
 
+def test_one_worker_of_its_own_sends_from_a_spawned_process(live, lm, monkeypatch):
+    """`own_process` takes the spawned path with a single worker (a caller that serves in
+    this process keeps its interpreter lock away from the sender) and loses nothing."""
+    spread = []
+    monkeypatch.setattr(client, "send_spread",
+                        lambda *args: spread.append(args[1].workers) or send_spread(*args))
+    arrivals = Arrivals(rate=20.0, seed=3)
+    config = LoadConfig(url=live, num_requests=6, arrivals=arrivals, own_process=True)
+    result = run_load(config, SamplingParams(max_new_tokens=2, ignore_eos=True),
+                      lm.tokenizer, ["Hi"])
+    assert spread == [1] and result.num_errors == 0
+    assert [s.scheduled_s for s in result.samples] == pytest.approx(arrivals.offsets(6))
+
+
 def test_workers_need_an_open_loop():
     with pytest.raises(UserError, match="--workers spreads an open-loop schedule"):
         LoadConfig(workers=2)
+    with pytest.raises(UserError, match="its own process is an open-loop schedule"):
+        LoadConfig(own_process=True)
 
 
 def test_a_worker_that_finished_first_is_not_taken_for_a_dead_one(live, lm):

@@ -68,6 +68,30 @@ class Capacity:
                 "rates_tried": [level.config.arrivals.rate for level in self.levels],
                 "line": self.line()}
 
+    def estimate_rate(self) -> float | None:
+        """One rate for the capacity, inside the bracket [highest met, lowest not met]: where
+        the first of the objectives reaches its limit, interpolated between the two levels'
+        percentiles on log scales (so the estimate moves with the server, not with the grid
+        of rates the search happened to try). The bracket's geometric middle
+        where the level not met was within every limit (uncertain, or its queue grew); the
+        highest rate met where nothing above it was missed (the client fell behind, or the
+        budget ended the doubling). None when no rate was met."""
+        if self.met_rate is None:
+            return None
+        if self.missed_rate is None:
+            return self.met_rate
+        met, missed = self._level_at(self.met_rate), self._level_at(self.missed_rate)
+        fractions = [_crossing(m, x) for m, x in zip(_checks(met), _checks(missed), strict=True)
+                     if m["metric"] == x["metric"]]
+        fractions = [f for f in fractions if f is not None]
+        fraction = min(fractions) if fractions else 0.5
+        return math.exp(math.log(self.met_rate)
+                        + fraction * (math.log(self.missed_rate) - math.log(self.met_rate)))
+
+    def _level_at(self, rate: float) -> LoadResult:
+        return next(level for level in reversed(self.levels)
+                    if level.config.arrivals.rate == rate)
+
     def line(self) -> str:
         """The answer in one line."""
         took = f"{len(self.levels)} levels in {self.seconds:.0f} s"
@@ -83,6 +107,21 @@ class Capacity:
                 f"capacity lies in [{self.met_rate:.3g}, "
                 f"{self.missed_rate if self.missed_rate is not None else math.inf:.3g}]; "
                 f"{self.stopped}; {took})")
+
+
+def _checks(level: LoadResult) -> list[dict]:
+    summary = level.summary()["objectives"]
+    return summary["checks"] if summary is not None else []
+
+
+def _crossing(met: dict, missed: dict) -> float | None:
+    """Where between two levels (0: the one met, 1: the one not met) one objective's
+    percentile reaches its limit, on log scales; None where the level not met was within
+    the limit or either percentile is unknown."""
+    limit, low, high = met["limit_ms"], met["value_ms"], missed["value_ms"]
+    if low is None or high is None or not 0 < low <= limit < high:
+        return None
+    return math.log(limit / low) / math.log(high / low)
 
 
 def level_met(result: LoadResult) -> bool:

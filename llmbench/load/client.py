@@ -411,15 +411,15 @@ def run_load(config: LoadConfig, params: SamplingParams, tokenizer,
              progress: Callable[[], None] | None = None,
              objectives: Objectives | None = None) -> LoadResult:
     """Send `config.num_requests` streamed requests, `config.concurrency` at a time or on
-    the schedule of `config.arrivals` (spread over `config.workers` processes), and
-    measure each; blocks until done or `config.duration_s` has passed. `tokenizer` counts
-    tokens where the server does not (`models.load_tokenizer`); `prompts` (texts, or a
-    workload's planned requests with their own token limits) are cycled through. Empty
-    answers, and short ones for fixed-length `params`, count as failures; `objectives`
-    judge the measured requests."""
+    the schedule of `config.arrivals` (from `config.workers` spawned processes, or from
+    this one where there is one worker and no `own_process`), and measure each; blocks
+    until done or `config.duration_s` has passed. `tokenizer` counts tokens where the
+    server does not (`models.load_tokenizer`); `prompts` (texts, or a workload's planned
+    requests with their own token limits) are cycled through. Empty answers, and short ones
+    for fixed-length `params`, count as failures; `objectives` judge the measured requests."""
     if not prompts:
         raise UserError("the load generator needs at least one prompt")
-    if config.workers > 1 or config.ray_address is not None:
+    if config.workers > 1 or config.own_process or config.ray_address is not None:
         spread = send_spread if config.ray_address is None else spread_over_ray
         parts = spread(_send, config, params, prompts, progress)
         sent = Sent({i: o for part in parts for i, o in part.outcomes.items()},

@@ -42,6 +42,10 @@ class LoadConfig:
     cooldown: int = 0
     max_lag_s: float = 0.010  # open loop: a p99 lag beyond it means the client fell behind
     workers: int = 1  # open loop: client processes the schedule is spread over
+    # Open loop: send from a spawned process even with one worker, for a caller whose own
+    # threads are busy while the load runs (a server in the same process): the sender's
+    # event loop then shares neither a thread nor the interpreter lock with them.
+    own_process: bool = False
     ray_address: str | None = None  # open loop: the workers are a Ray cluster's actors
     think_s: float = 0.0  # multi-turn: from an answer's end to the session's next turn
 
@@ -61,6 +65,9 @@ class LoadConfig:
         if self.workers < 1 or (self.workers > 1 and self.arrivals is None):
             raise UserError("--workers spreads an open-loop schedule over processes: add "
                             "--rate, or drop --workers")
+        if self.own_process and self.arrivals is None:
+            raise UserError("a load sent from its own process is an open-loop schedule: "
+                            "give it arrivals")
         if self.ray_address is not None and self.arrivals is None:
             raise UserError("--ray spreads an open-loop schedule over a cluster's machines: "
                             "add --rate, or drop --ray")

@@ -231,10 +231,13 @@ class LoadResult:
 
     @property
     def lag_s(self) -> list[float]:
-        """The client's delay behind its schedule, for every request the schedule timed: a
+        """The client's delay behind its schedule, for every measured request the schedule
+        timed. The warm-up's are left out like its latencies: a client's first requests wait
+        for what it does once (connections, lazy imports), and each request is sent at its
+        own offset from the start, so their delay does not move the measured ones. A
         session's later turns are due when its previous answer ends, so their lag, near 0,
         would dilute the percentile that says whether the client kept the schedule."""
-        return [s.lag_s for s in self.samples if s.lag_s is not None and not s.turn]
+        return [s.lag_s for s in self.measured if s.lag_s is not None and not s.turn]
 
     @property
     def serving_overhead(self) -> float | None:
