@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 
+from fixtures.server import SERVER_WORK
 from fixtures.timing import Work
 from llmbench.engine.config import SamplingParams
 from llmbench.engine.loop import generate
@@ -21,8 +22,6 @@ from llmbench.engine.prompts import encode, questions
 from llmbench.load.client import complete_once, run_load
 
 QUESTION = questions()[0]
-# The server does its work on its own threads (or machine), where the counters do not look.
-SERVER_WORK = "the server works on its own threads"
 
 
 def _load_work(result, num_requests: int, num_tokens: int) -> Work:

@@ -19,6 +19,7 @@ from llmbench.gate.confirmation import Status
 from llmbench.gate.sequential import Design
 from llmbench.gate.stats import Verdict
 from llmbench.runs import run_from_json
+from llmbench.runs.model import ROUND_WALL_S
 
 A, B = "a" * 40, "b" * 40
 CHEAP = "benchmarks/test_prefill_decode.py::test_decode_steps[ctx=16]"
@@ -529,3 +530,26 @@ def test_a_member_that_left_is_judged_as_the_ab_stops_one_decided_alone(monkeypa
         assert (after.verdict is Verdict.REGRESSION) is (stop is Verdict.REGRESSION), seed
         outcomes.add(after.verdict)
     assert Verdict.REGRESSION in outcomes and len(outcomes) > 1  # the seeds straddle it
+
+
+def test_a_round_whose_figure_is_not_its_duration_is_costed_by_its_wall_time():
+    # The server's capacity case records seconds per request as its round's time; each
+    # round is a whole search on the wall clock, which is what its pairs cost.
+    plain_base, plain_cand = _run(1, A), _run(2, B, factors={"decode": 1.5})
+    plain = confirm_plan.plan(_candidates(plain_base, plain_cand), plain_base, plain_cand,
+                              budget_s=100_000)
+    searched = []
+    for seed, commit, factors in ((1, A, None), (2, B, {"decode": 1.5})):
+        data = make_run(seed, factors=factors)
+        data["commit_info"] = {"id": commit, "dirty": False}
+        data["llmbench"].update(load_s=2.0, warmup_s=2.0)
+        next(b for b in data["benchmarks"] if b["fullname"] == DEAR)["extra_info"][
+            ROUND_WALL_S] = 40.0
+        searched.append(run_from_json(data, f"searched{seed}"))
+    base, cand = searched
+    assert base.benchmarks[DEAR].round_wall_s == 40.0
+    assert base.benchmarks[CHEAP].round_wall_s == base.benchmarks[CHEAP].median_s
+    costed = confirm_plan.plan(_candidates(base, cand), base, cand, budget_s=100_000)
+    assert costed.estimates[DEAR].pair_s == pytest.approx(2 * 40.0 * confirm_plan.PAIR_OVERHEAD)
+    assert costed.estimates[DEAR].pair_s > 100 * plain.estimates[DEAR].pair_s
+    assert costed.estimates[CHEAP] == plain.estimates[CHEAP]

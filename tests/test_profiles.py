@@ -40,6 +40,14 @@ def test_quick_runs_its_named_engine_configurations_at_batch_1(quick):
     assert len(quick) == 37
 
 
+def test_a_sweep_the_profile_leaves_empty_deselects_its_cases(full, quick):
+    # The server's capacity: each round a whole search, outside the quick profile, and not
+    # listed there as a skip either.
+    assert not [case for case in quick if case.startswith("test_server_capacity")]
+    assert [case for case in full if case.startswith("test_server_capacity")] == [
+        "test_server_capacity[ttft=3x]"]
+
+
 def test_full_runs_every_engine_configuration_at_batch_1_and_8(full, quick):
     engines = [case for case in full if case.startswith("test_engine[")]
     at_1 = [case.removeprefix("test_engine[bs=1-") for case in engines if "[bs=1-" in case]

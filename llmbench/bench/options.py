@@ -12,7 +12,7 @@ import pytest
 
 from llmbench import runs
 from llmbench.argtypes import one_of, parsed_by, whole_number
-from llmbench.bench.profiles import DEFAULT_PROFILE, PROFILES, SWEEP_ARGNAMES
+from llmbench.bench.profiles import DEFAULT_PROFILE, NOT_IN_PROFILE, PROFILES, SWEEP_ARGNAMES
 from llmbench.bench.settings import SETTINGS_KEY, BenchSettings
 from llmbench.engine import disturbance
 from llmbench.engine.compiled import check_compile_supported
@@ -212,12 +212,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     profile = metafunc.config.stash[SETTINGS_KEY].profile
     for argname in SWEEP_ARGNAMES:
         if argname in metafunc.fixturenames:
-            pairs = profile.sweep(argname)
+            pairs = profile.sweep(argname) or [(NOT_IN_PROFILE, NOT_IN_PROFILE)]
             metafunc.parametrize(argname, [v for _, v in pairs], ids=[i for i, _ in pairs])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Refuse benchmarks under xdist unless explicitly disabled; apply --shuffle-seed."""
+    """Deselect the cases of sweeps the profile leaves empty; refuse benchmarks under xdist
+    unless explicitly disabled; apply --shuffle-seed."""
+    outside = [item for item in items if NOT_IN_PROFILE in getattr(
+        getattr(item, "callspec", None), "params", {}).values()]
+    if outside:
+        items[:] = [item for item in items if item not in outside]
+        config.hook.pytest_deselected(items=outside)
     uses_benchmark = any("benchmark" in getattr(i, "fixturenames", ()) for i in items)
     if (uses_benchmark and hasattr(config, "workerinput")
             and not config.getoption("benchmark_disable")):

@@ -41,6 +41,13 @@ class Profile:
     concurrency: tuple[int, ...]
     server_output_lengths: tuple[int, ...]
     server_new_tokens: int
+    # The server's capacity at an objective (benchmarks/test_server_capacity.py): the
+    # objective's limit on the median request's time to first token, as a multiple of one
+    # request's alone; none, no capacity case (each of its rounds is a whole search, a
+    # minute or more on a CPU). `capacity_requests`: the fewest measured requests of each
+    # level of the search.
+    capacity_slo_factors: tuple[float, ...] = ()
+    capacity_requests: int = 16
 
     def sweep(self, argname: str) -> list[tuple[str, object]]:
         """(id, value) pairs for a benchmark argument named after a sweep."""
@@ -55,6 +62,7 @@ class Profile:
             "engine_batch": [(f"bs={n}", n) for n in self.engine_batch_sizes],
             "concurrency": [(f"conc={n}", n) for n in self.concurrency],
             "server_output": [(f"out={n}", n) for n in self.server_output_lengths],
+            "capacity_slo": [(f"ttft={f:g}x", f) for f in self.capacity_slo_factors],
         }
         return sweeps[argname]
 
@@ -62,7 +70,10 @@ class Profile:
 # Benchmark arguments that the plugin (`options.pytest_generate_tests`) parametrizes from the
 # active profile.
 SWEEP_ARGNAMES = ("output_case", "input_case", "prefill_tokens", "decode_context",
-                  "batch_size", "engine_batch", "concurrency", "server_output")
+                  "batch_size", "engine_batch", "concurrency", "server_output", "capacity_slo")
+# The value a sweep the profile leaves empty is parametrized with: its cases are deselected
+# (`options.pytest_collection_modifyitems`), where pytest would list each as a skip.
+NOT_IN_PROFILE = "not-in-profile"
 
 
 PROFILES = {
@@ -102,6 +113,7 @@ PROFILES = {
         engine_configurations=None,
         engine_prompt_tokens=128, engine_new_tokens=32, concurrency=(1, 4, 8, 16),
         server_output_lengths=(16, 64, 256), server_new_tokens=32,
+        capacity_slo_factors=(3.0,),
     ),
 }
 DEFAULT_PROFILE = "quick"

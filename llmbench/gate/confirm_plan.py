@@ -164,7 +164,7 @@ def plan(candidates: Sequence[Comparison], baseline: runs.Run, candidate: runs.R
             # higher leaves candidates out and budget unspent; one that needs more pairs
             # takes them from its share of the budget.
             n = first = fewest_to_clear(design)
-        pair_s = 2 * max(base.median_s, cand.median_s) * PAIR_OVERHEAD
+        pair_s = 2 * max(base.round_wall_s, cand.round_wall_s) * PAIR_OVERHEAD
         seconds = n * pair_s + 2 * _compile_s(cand) + BETWEEN_S
         estimates[c.name] = Estimate(c.name, n, seconds, pair_s, first)
     rank = {c.name: _SLOWER_RANK if c.name in slower_undecided else

@@ -33,7 +33,7 @@ FORMAT_VERSION = 4
 # Groups in the order reports show them; any other group follows, alphabetically.
 GROUP_ORDER = ("output-sweep", "input-sweep", "prefill", "decode", "kv-cache", "batch-size",
                "sequential-vs-batched", "engines", "server-generate",
-               "server-concurrency")
+               "server-concurrency", "server-capacity")
 UNGROUPED = "ungrouped"
 # Named conditions in reading order, the reference first; other names sort alphabetically.
 CATEGORY_ORDER = ("sequential", "batched", "loop", "hf")
@@ -41,7 +41,8 @@ SUMMARY_STATS = ("min", "max", "median", "iqr", "rounds")  # pytest-benchmark's,
 # What a case records of the work it did (extra_info). One benchmark name in two runs is one
 # measurement only when these agree: the same name in another profile, or in a profile that
 # changed since, can run other prompts or other numbers of tokens.
-WORK_SHAPE_FIELDS = ("input_tokens", "output_tokens", "batch_size", "concurrency")
+WORK_SHAPE_FIELDS = ("input_tokens", "output_tokens", "batch_size", "concurrency",
+                     "level_s")
 _SAMPLES_HINT = ("llmbench's pytest suite saves them in every run under --baseline-dir; "
                  "with plain pytest-benchmark, pass --benchmark-save-data (with "
                  "--benchmark-save or --benchmark-autosave) or use --benchmark-json")
@@ -82,6 +83,10 @@ def _physical(values, source: str, what: str) -> tuple[float, ...]:
     return seconds
 
 
+# extra_info's key for a round's wall time where the round's figure is not its duration.
+ROUND_WALL_S = "round_wall_s"
+
+
 def median(values: Sequence[float]) -> float:
     """The median of the suite's recorded values: the middle one, or the mean of the two
     middle ones (as pytest-benchmark's stats and numpy's compute it)."""
@@ -107,6 +112,16 @@ class Benchmark:
     @property
     def median_s(self) -> float:
         return self.summary["median"]
+
+    @property
+    def round_wall_s(self) -> float:
+        """What one round takes on the wall clock: its median time, or what the case recorded
+        under `ROUND_WALL_S` when its figure is not its duration (a round of the server's
+        capacity is a whole search, its figure seconds per request)."""
+        wall = self.extra_info.get(ROUND_WALL_S)
+        if isinstance(wall, (int, float)) and not isinstance(wall, bool) and wall > 0:
+            return float(wall)
+        return self.median_s
 
     @property
     def disturbed_rounds(self) -> int | None:
