@@ -72,10 +72,10 @@ class Capacity:
         """One rate for the capacity, inside the bracket [highest met, lowest not met]: where
         the first of the objectives reaches its limit, interpolated between the two levels'
         percentiles on log scales (so the estimate moves with the server, not with the grid
-        of rates the search happened to try). The bracket's geometric middle
-        where the level not met was within every limit (uncertain, or its queue grew); the
-        highest rate met where nothing above it was missed (the client fell behind, or the
-        budget ended the doubling). None when no rate was met."""
+        of rates the search happened to try). The bracket's geometric middle where the level
+        not met was within every limit (uncertain, or its queue grew); the highest rate met
+        where nothing above it was missed (the client fell behind, or the budget ended the
+        doubling). None when no rate was met."""
         if self.met_rate is None:
             return None
         if self.missed_rate is None:
