@@ -131,9 +131,10 @@ def _sample(index: int, ttft: float, latency: float, tokens: int = 5, sent: floa
                          sent_s=sent, measured=measured)
 
 
-def _open_level(samples, objectives=None, max_lag_s=0.010) -> LoadResult:
+def _open_level(samples, objectives=None, max_lag_s=0.010, lag_percentile=99.0) -> LoadResult:
     config = LoadConfig(url="http://127.0.0.1:1", num_requests=len(samples),
                         arrivals=Arrivals(rate=10.0), max_lag_s=max_lag_s,
+                        lag_percentile=lag_percentile,
                         warmup=sum(1 for s in samples[:1] if not s.measured))
     return LoadResult(config, SamplingParams(max_new_tokens=5), 9.0, tuple(samples),
                       objectives=objectives)
@@ -196,6 +197,31 @@ def test_a_late_warm_up_does_not_put_the_client_behind():
     assert kept.client_kept_schedule and kept.summary()["lag_ms"]["max"] < 1.0
     one_late = measured[:-1] + [_sample(7, 0.1, 0.5, sent=0.78, scheduled=0.7)]
     assert not _open_level(warmup + one_late).client_kept_schedule
+
+
+def test_a_client_descheduled_once_keeps_its_rate_at_a_lower_lag_percentile():
+    """A stall sends the requests due during it late, then the client catches up: judged at
+    p90 the level keeps its rate; a client late for most requests is behind at any
+    percentile, and the line names the percentile it was judged at."""
+    on_time = [_sample(i, 0.1, 0.5, sent=i * 0.1 + 1e-4, scheduled=i * 0.1) for i in range(40)]
+    stalled = on_time[:20] + [_sample(i, 0.1, 0.5, sent=2.08, scheduled=i * 0.1)
+                              for i in (20,)] + on_time[21:]
+    assert not _open_level(stalled).client_kept_schedule
+    kept = _open_level(stalled, lag_percentile=90.0)
+    assert kept.client_kept_schedule
+    assert kept.summary()["lag_ms"]["percentile"] == 90.0
+    assert kept.summary()["lag_ms"]["judged"] < 1.0 < kept.summary()["lag_ms"]["p99"]
+    behind = _open_level([_sample(i, 0.1, 0.5, sent=i * 0.1 + 0.03, scheduled=i * 0.1)
+                          for i in range(40)], lag_percentile=90.0)
+    assert not behind.client_kept_schedule
+    assert "30.0 ms late (p90; max 30.0 ms)" in summary_line(behind.summary())
+
+
+def test_a_level_saved_before_the_lag_percentile_reads_as_judged_at_p99():
+    summary = _open_level([_sample(i, 0.1, 0.5, sent=i * 0.1 + 0.05, scheduled=i * 0.1)
+                           for i in range(5)]).summary()
+    summary["lag_ms"] = {k: summary["lag_ms"][k] for k in ("p50", "p99", "max")}
+    assert "50.0 ms late (p99; max 50.0 ms)" in summary_line(summary)
 
 
 def test_a_queue_that_grows_through_the_level_is_not_sustained():
@@ -412,6 +438,7 @@ def test_cli_finds_a_capacity_within_its_budget(live, capsys):
     (["--rate", "1", "--records", "/nonexistent/r.jsonl"], "does not exist"),
     (["--rate", "1", "--input-tokens", "uniform:1:inf"], "takes N"),
     (["--workers", "2"], "--workers spreads an open-loop schedule"),
+    (["--rate", "1", "--lag-percentile", "101"], "--lag-percentile must be above 0"),
 ])
 def test_cli_bad_load_flags_are_one_line_and_exit_2(argv, message, capsys):
     assert _load(["--url", "http://127.0.0.1:9", *argv]) == 2

@@ -136,10 +136,16 @@ def register(subparsers) -> None:
                            "machines, for rates one machine cannot keep; needs "
                            "'llmbench[cluster]' on every machine")
     load.add_argument("--max-lag", type=positive_number, default=c("max_lag_s") * 1e3,
-                      metavar="MS", help="open loop: the client's p99 lag behind its "
-                                         "schedule beyond which a level is reported as the "
-                                         "client's limit, not the server's. Default: "
-                                         "%(default)g")
+                      metavar="MS", help="open loop: the client's lag behind its schedule "
+                                         "(at --lag-percentile) beyond which a level is "
+                                         "reported as the client's limit, not the server's. "
+                                         "Default: %(default)g")
+    load.add_argument("--lag-percentile", type=positive_number,
+                      default=c("lag_percentile"), metavar="P",
+                      help="open loop: the percentile of the requests' lags that --max-lag "
+                           "bounds; lower it where the client is descheduled now and then "
+                           "(a small machine the server fills) but keeps its rate. "
+                           "Default: %(default)g")
     load.add_argument("--model", default=default_of(EngineConfig, "model"), metavar="NAME",
                       help="whose tokenizer counts the tokens (also sent as the OpenAI "
                            "`model` field). Default: %(default)r")
@@ -251,7 +257,8 @@ def cmd_load(args: argparse.Namespace) -> int:
     base = LoadConfig(url=args.url, api=args.api, num_requests=num_requests,
                       chat=not args.no_chat, model=args.model, timeout_s=args.timeout,
                       duration_s=args.duration, warmup=args.warmup, cooldown=args.cooldown,
-                      max_lag_s=args.max_lag / 1e3, workers=args.workers,
+                      max_lag_s=args.max_lag / 1e3,
+                      lag_percentile=args.lag_percentile, workers=args.workers,
                       ray_address=args.ray,
                       think_s=args.think_time / 1e3,
                       arrivals=arrivals((args.rate or [1.0])[0]) if open_loop else None)

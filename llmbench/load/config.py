@@ -40,7 +40,11 @@ class LoadConfig:
     arrivals: Arrivals | None = None  # open loop; `concurrency` is then not used
     warmup: int = 0
     cooldown: int = 0
-    max_lag_s: float = 0.010  # open loop: a p99 lag beyond it means the client fell behind
+    max_lag_s: float = 0.010  # open loop: a lag beyond it means the client fell behind
+    # Open loop: the percentile of the measured requests' lags judged against `max_lag_s`.
+    # A client descheduled once sends a few requests late and then catches up, offering the
+    # level its rate; one that cannot keep up sends most of them late.
+    lag_percentile: float = 99.0
     workers: int = 1  # open loop: client processes the schedule is spread over
     # Open loop: send from a spawned process even with one worker, for a caller whose own
     # threads are busy while the load runs (a server in the same process): the sender's
@@ -75,5 +79,8 @@ class LoadConfig:
             raise UserError("--think-time must be zero or positive milliseconds")
         if not self.max_lag_s > 0:
             raise UserError("--max-lag must be positive milliseconds")
+        if not 0 < self.lag_percentile <= 100:
+            raise UserError(f"--lag-percentile must be above 0 and at most 100, got "
+                            f"{self.lag_percentile:g}")
         if not self.timeout_s > 0 or (self.duration_s is not None and not self.duration_s > 0):
             raise UserError("--timeout and --duration must be positive seconds")

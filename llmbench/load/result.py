@@ -297,11 +297,12 @@ class LoadResult:
 
     @property
     def client_kept_schedule(self) -> bool:
-        """False when the client's p99 lag behind its schedule exceeded
-        `config.max_lag_s`: the rate offered was then lower than asked for, so the
-        level says nothing about the server at that rate."""
+        """False when the client's lag behind its schedule at `config.lag_percentile`
+        exceeded `config.max_lag_s`: the rate offered was then lower than asked for, so
+        the level says nothing about the server at that rate."""
         lags = self.lag_s
-        return not lags or float(np.percentile(lags, 99)) <= self.config.max_lag_s
+        return not lags or (float(np.percentile(lags, self.config.lag_percentile))
+                            <= self.config.max_lag_s)
 
     @property
     def queue(self) -> QueueTrend | None:
@@ -375,7 +376,7 @@ class LoadResult:
                 "tpot_ms": _summary(self.tpot_s), "latency_ms": _summary(self.latency_s),
                 "server_decode_ms": _summary(self.server_decode_s),
                 "serving_overhead": self.serving_overhead,
-                "lag_ms": _lag_summary(self.lag_s),
+                "lag_ms": _lag_summary(self.lag_s, self.config.lag_percentile),
                 "client_kept_schedule": self.client_kept_schedule,
                 "queue": None if self.queue is None else asdict(self.queue),
                 "objectives": self._objectives_summary(),
@@ -387,12 +388,15 @@ class LoadResult:
                 "summary": self.summary(), "samples": [asdict(s) for s in self.samples]}
 
 
-def _lag_summary(lags: Sequence[float]) -> dict | None:
+def _lag_summary(lags: Sequence[float], judged_percentile: float) -> dict | None:
+    """The lag's percentiles in ms, and the one `client_kept_schedule` judged ("judged",
+    at "percentile")."""
     if not lags:
         return None
     array = np.asarray(lags, dtype=float) * 1e3
     return {"p50": float(np.percentile(array, 50)), "p99": float(np.percentile(array, 99)),
-            "max": float(array.max())}
+            "max": float(array.max()), "percentile": judged_percentile,
+            "judged": float(np.percentile(array, judged_percentile))}
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -430,9 +434,12 @@ def summary_line(summary: dict) -> str:
     lines = [line]
     lag = summary.get("lag_ms")
     if lag is not None and not summary["client_kept_schedule"]:
+        # A level saved before the percentile could be chosen was judged at p99.
+        percentile = lag.get("percentile", 99.0)
         lines.append(f"  CLIENT BEHIND SCHEDULE: the client sent its requests up to "
-                     f"{lag['p99']:.1f} ms late (p99; max {lag['max']:.1f} ms), so the rate "
-                     "offered was lower than asked: this level says nothing about the server")
+                     f"{lag.get('judged', lag['p99']):.1f} ms late (p{percentile:g}; max "
+                     f"{lag['max']:.1f} ms), so the rate offered was lower than asked: "
+                     "this level says nothing about the server")
     elif lag is not None:
         lines.append(f"  client on schedule: lag p50 {lag['p50']:.2f} ms, p99 "
                      f"{lag['p99']:.2f} ms")
